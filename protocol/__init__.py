@@ -1,0 +1,26 @@
+"""The voxweft wire protocol: message types, codec, socket presets. No model code."""
+
+from protocol.codec import ProtocolError, decode, encode
+from protocol.messages import (
+    MAJOR,
+    REGISTRY,
+    AudioFrame,
+    EndOfStream,
+    Message,
+    PlaybackEvent,
+    Segment,
+    SpeechChunk,
+    Status,
+    Transcript,
+    Translation,
+    VadEvent,
+    now_ns,
+    trace_ns,
+    traced,
+)
+
+__all__ = [
+    "MAJOR", "REGISTRY", "AudioFrame", "EndOfStream", "Message", "PlaybackEvent",
+    "ProtocolError", "Segment", "SpeechChunk", "Status", "Transcript", "Translation",
+    "VadEvent", "decode", "encode", "now_ns", "trace_ns", "traced",
+]

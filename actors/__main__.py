@@ -1,0 +1,53 @@
+"""Run one actor: `python -m actors --topology FILE --actor NAME` (what supervisord starts)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from actors.config import ACTOR_NAMES
+from actors.runtime import EXIT_CONFIG, Runtime, StartupError, setup_logging
+
+
+def actor_class(name: str):
+    """The class of actor `name` (explicit table; imports only what that actor needs)."""
+    if name == "capture":
+        from actors.capture import CaptureActor as cls
+    elif name == "segmenter":
+        from actors.segmenter import SegmenterActor as cls
+    elif name == "asr":
+        from actors.asr import AsrActor as cls
+    elif name == "mt":
+        from actors.mt import MtActor as cls
+    elif name == "tts":
+        from actors.tts import TtsActor as cls
+    else:
+        from actors.player import PlayerActor as cls
+    return cls
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, build the actor, run it until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m actors", description=__doc__)
+    parser.add_argument("--topology", required=True)
+    parser.add_argument("--actor", required=True, choices=ACTOR_NAMES)
+    args = parser.parse_args(argv)
+    setup_logging()
+    log = logging.getLogger("voxweft")
+    from deploy.topology import TopologyError, load
+
+    try:
+        topology = load(args.topology)
+        actor = actor_class(args.actor)(topology, topology.actors[args.actor])
+    except (TopologyError, ValueError, StartupError) as exc:
+        log.error("%s: cannot start: %s", args.actor, exc)
+        return EXIT_CONFIG
+    log.info("%s: starting (pid %d, %d thread(s))", args.actor, os.getpid(),
+             topology.actors[args.actor].threads)
+    return Runtime(actor).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

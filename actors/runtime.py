@@ -1,0 +1,370 @@
+"""The actor runtime: sockets, the poll loop, signals, counters and status heartbeats.
+
+An actor author subclasses :class:`Actor`, writes ``load()`` and ``handle()`` and nothing
+about ZeroMQ. Threads, and why:
+
+* main thread: load() then warm-up (so a model is built once, on the main thread), then the
+  poll loop calling handle()/tick(). No lock is ever taken around a model call.
+* output thread: ``zmq.proxy`` from an inproc PULL to the external PUB, so both the main
+  thread and the heartbeat thread can publish without sharing a socket.
+* heartbeat thread: publishes Status at 2 Hz whatever the main thread is doing, so liveness
+  and readiness never wait on a model call of several seconds.
+* signal thread: SIGTERM/SIGINT are blocked everywhere and taken here with sigwait; it asks the
+  loop to stop and, if a model call is still running 1.5 s later, ends the process itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+from typing import ClassVar
+
+import zmq
+
+from protocol import sockets
+from protocol.codec import ProtocolError, decode, encode
+from protocol.messages import Message, Status, now_ns, stamp
+
+HEARTBEAT_S = 0.5           # >= 1 Hz with margin: a tap or `up` sees each actor twice a second
+STOP_GRACE_S = 1.5          # SIGTERM must end the process within 2 s, model call or not
+DEGRADED_WINDOW_S = 30.0    # handler errors this recent mark the actor degraded
+EXIT_CONFIG = 78            # EX_CONFIG: supervisord is told not to restart (see deploy/)
+
+log = logging.getLogger("voxweft")
+
+
+class StartupError(Exception):
+    """The actor cannot start (bad config, missing model or device); message is one line."""
+
+
+class Actor:
+    """Base class of the six actors: subclasses write load() and handle()."""
+
+    name: ClassVar[str] = ""
+    #: Message types sent over the PUSH socket rather than the PUB socket.
+    push_types: ClassVar[tuple[type[Message], ...]] = ()
+
+    def __init__(self, topology, config) -> None:
+        self.topology = topology
+        self.config = config
+        self.epoch = 0            # set by the runtime before load()
+        self.recv_ns = 0          # wall time the message being handled was received
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.log = logging.getLogger(f"voxweft.{self.name}")
+
+    # -- what an actor author writes ------------------------------------------------------
+    def subscriptions(self) -> list[tuple[str, bytes]]:
+        """(upstream actor, topic prefix) pairs this actor's SUB socket listens to."""
+        return []
+
+    def pulls(self) -> bool:
+        """True when this actor is a PULL worker of the segmenter's PUSH queue."""
+        return False
+
+    def engine_name(self) -> str:
+        """Name of the engine this actor owns, for status lines."""
+        return getattr(self.config, "engine", "")
+
+    def load(self) -> None:
+        """Build the model once (main thread). Raise StartupError with one clear line."""
+
+    def warmup(self) -> None:
+        """Run the model once so the first real request does not pay for lazy setup."""
+
+    def handle(self, msg: Message) -> Iterable[Message]:
+        """Turn one input message into output messages (may be a generator)."""
+        return ()
+
+    def tick(self) -> Iterable[Message]:
+        """Called every loop turn, also without input: sources and timers live here."""
+        return ()
+
+    def tick_interval_s(self) -> float:
+        """Longest time the loop may wait for input before calling tick() again."""
+        return 0.1
+
+    def health(self) -> str:
+        """A non-empty reason when the actor is degraded (checked by the heartbeat)."""
+        return ""
+
+    def close(self) -> None:
+        """Release devices and files at shutdown."""
+
+
+class Runtime:
+    """Runs one actor in this process until SIGTERM/SIGINT."""
+
+    def __init__(self, actor: Actor) -> None:
+        self.actor = actor
+        self.epoch = time.time_ns()   # new at every process start: peers see a restart
+        actor.epoch = self.epoch
+        self.state = "loading"
+        self.detail = ""
+        self.busy_since: float | None = None
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.peers: dict[str, int] = {}
+        self.last_seq: dict[tuple[str, str], int] = {}
+        self.error_times: collections.deque[float] = collections.deque(maxlen=100)
+        self.backlog: collections.deque[Message] = collections.deque()
+        self.backlog_since: float | None = None
+        self.seq: collections.Counter[str] = collections.Counter()
+        self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""))
+        self.ctx = zmq.Context()
+
+    # -- threads --------------------------------------------------------------------------
+    def _signal_thread(self) -> None:
+        signum = signal.sigwait({signal.SIGTERM, signal.SIGINT})
+        log.info("%s: got %s, stopping", self.actor.name, signal.Signals(signum).name)
+        self.state = "stopping"
+        self.stop.set()
+        if not self.done.wait(STOP_GRACE_S):
+            # The main thread is inside a model call that cannot be interrupted; the OS
+            # closes the sockets. Exit 0: this is the requested stop, not a crash.
+            log.info("%s: model call still running; exiting now", self.actor.name)
+            os._exit(0)
+
+    def _output_thread(self, pull: zmq.Socket, pub: zmq.Socket) -> None:
+        try:
+            zmq.proxy(pull, pub)
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            pull.close(0)
+            pub.close(0)
+
+    def _heartbeat_thread(self) -> None:
+        sock = self.ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect("inproc://out")
+        try:
+            while not self.stop.wait(HEARTBEAT_S):
+                self._send_on(sock, self.status())
+            self._send_on(sock, self.status())   # a last "stopping" for the tap
+        except zmq.ZMQError:
+            pass
+        finally:
+            sock.close(0)
+
+    def status(self) -> Status:
+        """The current Status heartbeat."""
+        state, detail = self.state, self.detail
+        if state == "ready":
+            reason = self._degraded_reason()
+            if reason:
+                state, detail = "degraded", reason
+        busy = time.monotonic() - self.busy_since if self.busy_since is not None else 0.0
+        counters = dict(self.actor.counters)
+        counters["backlog"] = len(self.backlog)
+        return Status(state=state, detail=detail, pid=os.getpid(),
+                      engine=self.actor.engine_name(), busy_s=round(busy, 3),
+                      counters=counters, peers=dict(self.peers))
+
+    def _degraded_reason(self) -> str:
+        now = time.monotonic()
+        recent = sum(1 for t in self.error_times if now - t < DEGRADED_WINDOW_S)
+        if recent:
+            return f"{recent} handler error(s) in the last {DEGRADED_WINDOW_S:.0f} s"
+        if self.backlog_since is not None and now - self.backlog_since > 2.0:
+            return f"{len(self.backlog)} segment(s) waiting: no ASR worker connected"
+        return self.actor.health()
+
+    # -- sending --------------------------------------------------------------------------
+    def _send_on(self, sock: zmq.Socket, msg: Message) -> None:
+        self.seq[msg.TYPE] += 1
+        msg = stamp(msg, src=self.actor.name, epoch=self.epoch, seq=self.seq[msg.TYPE])
+        sock.send_multipart(encode(msg), copy=False)
+
+    def send(self, msg: Message) -> None:
+        """Send one output: PUSH types go to the work queue, the rest to the PUB."""
+        if isinstance(msg, self.actor.push_types):
+            self.backlog.append(msg)
+            self._flush_backlog()
+        else:
+            self._send_on(self.out, msg)
+            self.actor.counters["tx"] += 1
+
+    def _flush_backlog(self) -> None:
+        while self.backlog:
+            msg = self.backlog[0]
+            seq = self.seq[msg.TYPE] + 1
+            frames = encode(stamp(msg, src=self.actor.name, epoch=self.epoch, seq=seq))
+            try:
+                self.push.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                if self.backlog_since is None:
+                    self.backlog_since = time.monotonic()
+                    log.warning("%s: no worker takes %s yet; keeping %d in backlog",
+                                self.actor.name, msg.TYPE, len(self.backlog))
+                return
+            self.seq[msg.TYPE] = seq
+            self.backlog.popleft()
+            self.actor.counters["tx"] += 1
+        self.backlog_since = None
+
+    def _emit(self, outputs: Iterable[Message] | None) -> None:
+        # Each output goes out as soon as it is produced: streamed TTS chunks must not wait
+        # for the end of the utterance. Nothing is held while the generator runs.
+        for out in outputs or ():
+            self.send(out)
+
+    # -- receiving ------------------------------------------------------------------------
+    def _note(self, msg: Message) -> None:
+        previous = self.peers.get(msg.src)
+        if previous is not None and previous != msg.epoch:
+            log.info("%s: peer %s restarted (new epoch)", self.actor.name, msg.src)
+        self.peers[msg.src] = msg.epoch
+        key = (msg.src, msg.TYPE)
+        last = self.last_seq.get(key)
+        if last is not None and previous == msg.epoch and msg.seq > last + 1:
+            self.actor.counters["gaps"] += msg.seq - last - 1
+        self.last_seq[key] = msg.seq
+
+    def _receive(self, sock: zmq.Socket) -> None:
+        for _ in range(256):   # bounded: a flood on one socket must not starve tick()
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.actor.recv_ns = now_ns()
+            try:
+                msg = decode(frames)
+            except ProtocolError as exc:
+                self.actor.counters[f"bad_{exc.kind}"] += 1
+                n = sum(v for k, v in self.actor.counters.items() if k.startswith("bad_"))
+                if n <= 5 or n % 100 == 0:
+                    log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
+                continue
+            self._note(msg)
+            if msg.TYPE == "status":
+                self._call(self.actor.handle, msg)
+                continue
+            self.actor.counters["rx"] += 1
+            self._call(self.actor.handle, msg)
+            if self.fault and self.fault[0] == "crash_after" and \
+                    self.actor.counters["rx"] >= self.fault[1]:
+                log.error("%s: VOXWEFT_FAULT crash_after:%d reached", self.actor.name,
+                          self.fault[1])
+                os._exit(3)
+
+    def _call(self, fn, *args) -> None:
+        self.busy_since = time.monotonic()
+        try:
+            self._emit(fn(*args))
+        except Exception:  # noqa: BLE001 - survive at run time: log, count, continue
+            self.actor.counters["errors"] += 1
+            self.error_times.append(time.monotonic())
+            log.error("%s: %s failed:\n%s", self.actor.name, getattr(fn, "__name__", fn),
+                      traceback.format_exc(limit=6))
+        finally:
+            self.busy_since = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until stopped; return the process exit code."""
+        actor, topo = self.actor, self.actor.topology
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        threading.Thread(target=self._signal_thread, name="signals", daemon=True).start()
+        try:
+            pull = self.ctx.socket(zmq.PULL)
+            pull.setsockopt(zmq.LINGER, 0)
+            pull.bind("inproc://out")
+            pub = sockets.pub(self.ctx, topo.pub_bind(actor.name))
+        except zmq.ZMQError as exc:
+            log.error("%s: cannot bind %s (%s): is another voxweft running? "
+                      "try `voxweft down` or change the port in the topology",
+                      actor.name, topo.pub_bind(actor.name), exc)
+            return EXIT_CONFIG
+        threading.Thread(target=self._output_thread, args=(pull, pub), name="output",
+                         daemon=True).start()
+        self.out = self.ctx.socket(zmq.PUSH)
+        self.out.setsockopt(zmq.LINGER, 0)
+        self.out.connect("inproc://out")
+        threading.Thread(target=self._heartbeat_thread, name="heartbeat", daemon=True).start()
+
+        # Inputs connect before load(): what arrives meanwhile waits in ZeroMQ's queues.
+        inputs = []
+        by_peer: dict[str, list[bytes]] = collections.defaultdict(list)
+        for peer, topic in actor.subscriptions():
+            by_peer[peer].append(topic)
+        if by_peer:
+            sub = sockets.sub(self.ctx, [], sorted({t for ts in by_peer.values() for t in ts}))
+            for peer in by_peer:
+                sub.connect(topo.pub_connect(peer))
+            inputs.append(sub)
+        if actor.pulls():
+            inputs.append(sockets.pull(self.ctx, [topo.push_connect()]))
+        self.push = None
+        if actor.push_types:
+            try:
+                self.push = sockets.push(self.ctx, topo.push_bind())
+            except zmq.ZMQError as exc:
+                log.error("%s: cannot bind %s (%s)", actor.name, topo.push_bind(), exc)
+                return EXIT_CONFIG
+
+        code = 0
+        try:
+            t0 = time.monotonic()
+            if self.fault and self.fault[0] == "fail_load":
+                raise StartupError("VOXWEFT_FAULT fail_load: simulated missing model")
+            actor.load()
+            actor.warmup()
+            log.info("%s: ready (engine %s) after %.1f s", actor.name, actor.engine_name() or
+                     "-", time.monotonic() - t0)
+            if not self.stop.is_set():
+                self.state = "ready"
+            self._loop(inputs)
+        except StartupError as exc:
+            log.error("%s: cannot start: %s", actor.name, exc)
+            code = EXIT_CONFIG
+        finally:
+            self.state = "stopping"
+            self.stop.set()
+            try:
+                actor.close()
+            finally:
+                for sock in inputs + [self.out] + ([self.push] if self.push else []):
+                    sock.close(0)
+                time.sleep(0.05)   # let the heartbeat thread send "stopping" and close
+                self.ctx.term()
+                self.done.set()
+        return code
+
+    def _loop(self, inputs: list[zmq.Socket]) -> None:
+        poller = zmq.Poller()
+        for sock in inputs:
+            poller.register(sock, zmq.POLLIN)
+        while not self.stop.is_set():
+            timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
+            events = dict(poller.poll(timeout_ms)) if inputs else (time.sleep(
+                timeout_ms / 1000) or {})
+            for sock in inputs:
+                if sock in events:
+                    self._receive(sock)
+            self._call(self.actor.tick)
+            if self.backlog:
+                self._flush_backlog()
+
+
+def _parse_fault(spec: str) -> tuple[str, int] | None:
+    """VOXWEFT_FAULT: 'crash_after:N' (exit 3 after N inputs) or 'fail_load'."""
+    if not spec:
+        return None
+    name, _, arg = spec.partition(":")
+    if name not in ("crash_after", "fail_load"):
+        log.warning("ignoring unknown VOXWEFT_FAULT %r", spec)
+        return None
+    return name, int(arg or 0)
+
+
+def setup_logging() -> None:
+    """One line per event on stderr; supervisord keeps it in the actor's log."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s")

@@ -1,0 +1,147 @@
+"""segmenter: voice activity (Silero VAD) turns the frame stream into utterances."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+
+import numpy as np
+
+from actors.runtime import Actor
+from actors.vad import (
+    SegmenterConfig,
+    SileroVad,
+    SpeechDiscarded,
+    SpeechStarted,
+    UtteranceEnded,
+    UtteranceSegmenter,
+)
+from protocol.messages import AudioFrame, EndOfStream, Message, Segment, VadEvent, now_ns
+
+RATE = 16000
+
+
+class SegmenterActor(Actor):
+    """AudioFrames in; VadEvents out on PUB, Segments out on PUSH to the ASR workers."""
+
+    name = "segmenter"
+    push_types = (Segment,)
+
+    def __init__(self, topology, config) -> None:
+        super().__init__(topology, config)
+        self.vad_config = SegmenterConfig(
+            threshold=config.threshold, neg_threshold=config.neg_threshold,
+            min_speech_ms=config.min_speech_ms, hangover_ms=config.hangover_ms,
+            pre_roll_ms=config.pre_roll_ms, post_roll_ms=config.post_roll_ms,
+            max_segment_s=config.max_segment_s)
+        self.vad_config.validate()
+        self.vad: SileroVad | None = None
+        self.segmenter: UtteranceSegmenter | None = None
+        self.stream_epoch: int | None = None   # capture epoch the current stream belongs to
+        self.next_sample = 0
+        self.utterances = 0      # committed utterances in this process
+        self.ids: dict[int, str] = {}   # segmenter index -> utterance id (never reused)
+        self.next_id = 0
+        # (first sample, capture wall ns) of recent frames, to map sample -> wall time.
+        self.frame_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=4000)
+
+    def subscriptions(self) -> list[tuple[str, bytes]]:
+        """Capture's frames, end of stream and heartbeat (proves our subscription is live)."""
+        return [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
+
+    def engine_name(self) -> str:
+        """The VAD in use."""
+        return "silero-v6"
+
+    def load(self) -> None:
+        """Build the ONNX VAD once."""
+        self.vad = SileroVad(threads=self.config.threads)
+        self._reset()
+
+    def warmup(self) -> None:
+        """Run the VAD on silence once, then start from a clean state."""
+        self.segmenter.push(np.zeros(RATE // 2, np.float32))
+        self._reset()
+
+    def _reset(self) -> None:
+        self.vad.reset()
+        self.segmenter = UtteranceSegmenter(self.vad_config, self.vad)
+        self.next_sample = 0
+        self.frame_times.clear()
+        self.ids.clear()
+
+    def _wall_ns(self, sample: int) -> int:
+        for first, wall in reversed(self.frame_times):
+            if first <= sample:
+                return wall + int((sample - first) * 1e9 / RATE)
+        return self.frame_times[0][1] if self.frame_times else now_ns()
+
+    def _utt_id(self, index: int, close: bool = False) -> str:
+        # Ids are unique per segmenter process: the VAD reuses an index after a discard and
+        # restarts at 0 after a flush, so they are allocated here, in commit order.
+        if index not in self.ids:
+            self.ids[index] = f"{self.epoch % 0xFFFFFF:06x}.{self.next_id:05d}"
+            self.next_id += 1
+        return self.ids.pop(index) if close else self.ids[index]
+
+    def handle(self, msg: Message) -> Iterator[Message]:
+        """Feed frames to the VAD; turn its events into messages."""
+        if isinstance(msg, EndOfStream):
+            yield from self._events(self.segmenter.flush())
+            self._reset()
+            yield EndOfStream(media_s=msg.media_s, utterances=self.utterances)
+            self.log.info("segmenter: end of stream, %d utterance(s)", self.utterances)
+            return
+        if not isinstance(msg, AudioFrame):
+            return
+        if msg.epoch != self.stream_epoch:
+            if self.stream_epoch is not None:
+                self.log.info("segmenter: capture restarted; closing the open utterance")
+                yield from self._events(self.segmenter.flush())
+                self._reset()
+            self.stream_epoch = msg.epoch
+        pcm = msg.pcm
+        if msg.sample_rate != RATE or pcm.ndim != 1:
+            self.counters["bad_format"] += 1
+            self.log.warning("segmenter: dropped a frame of %d Hz x %d ch; capture must send "
+                             "16 kHz mono", msg.sample_rate, 1 if pcm.ndim == 1 else pcm.shape[1])
+            return
+        if pcm.dtype != np.float32:
+            pcm = pcm.astype(np.float32) / 32768.0
+        first = round(msg.media_s * RATE)
+        if first > self.next_sample:
+            # Frames were lost upstream: keep media time true by filling with silence.
+            missing = first - self.next_sample
+            self.counters["filled_samples"] += missing
+            yield from self._events(self.segmenter.push(np.zeros(missing, np.float32)))
+            self.next_sample = first
+        self.frame_times.append((self.next_sample, msg.capture_ns))
+        self.next_sample += len(pcm)
+        yield from self._events(self.segmenter.push(pcm))
+
+    def _events(self, events) -> Iterator[Message]:
+        for event in events:
+            if isinstance(event, SpeechStarted):
+                yield VadEvent(utt=self._utt_id(event.index), event="start",
+                               media_s=event.sample / RATE, wall_ns=self._wall_ns(event.sample))
+            elif isinstance(event, SpeechDiscarded):
+                yield VadEvent(utt=self._utt_id(event.index, close=True), event="discard",
+                               wall_ns=now_ns())
+            elif isinstance(event, UtteranceEnded):
+                yield from self._segment(event.utterance)
+
+    def _segment(self, u) -> Iterator[Message]:
+        utt = self._utt_id(u.index, close=True)
+        committed = now_ns()
+        self.utterances += 1
+        trace = (
+            ("capture", self._wall_ns(u.start_sample), u.start_sample / RATE),
+            ("speech_start", self._wall_ns(u.speech_start_sample), u.speech_start_sample / RATE),
+            ("speech_end", self._wall_ns(u.speech_end_sample), u.speech_end_sample / RATE),
+            ("segment", committed, u.end_sample / RATE),
+        )
+        yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / RATE,
+                       wall_ns=self._wall_ns(u.speech_end_sample))
+        yield Segment(utt=utt, src_lang=self.config.src_lang, sample_rate=RATE, pcm=u.pcm,
+                      media_start_s=u.start_sample / RATE, media_end_s=u.end_sample / RATE,
+                      forced=u.forced, trace=trace)

