@@ -1,0 +1,1 @@
+"""The six actors, the runtime they share, and their engines."""

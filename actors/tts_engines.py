@@ -356,7 +356,8 @@ class KokoroEngine(TtsEngine):
 
     def phonemize(self, clause: str, lang: str) -> str:
         """Kokoro phoneme string for one clause: espeak IPA per punctuation-delimited segment,
-        mapped onto Kokoro's symbols, with the clause's punctuation kept between segments."""
+        mapped onto Kokoro's symbols, with the clause's punctuation kept between segments.
+        """
         self._check_lang(lang)
         if self._exe is None:
             raise RuntimeError("KokoroEngine.load() must be called before phonemize()")

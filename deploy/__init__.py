@@ -1,0 +1,1 @@
+"""Topologies and supervisord rendering; nothing here runs a model."""

@@ -169,7 +169,7 @@ class Supervisor:
                               f"{self.run_dir / 'supervisord.log'}")
 
     def processes(self) -> dict[str, dict]:
-        """supervisord's view of each actor: statename, pid, exitstatus..."""
+        """Supervisord's view of each actor: statename, pid, exitstatus..."""
         return {p["name"]: p for p in self.rpc().supervisor.getAllProcessInfo()
                 if p["group"] == GROUP}
 

@@ -1,5 +1,7 @@
-"""The topology: one TOML file naming hosts, actors (host, engine, settings, languages)
-and endpoints. Validated at load; every error names the file, the key and what is allowed."""
+"""The topology: one TOML file naming hosts, actors, engines, languages and endpoints.
+
+Validated at load; every error names the file, the key and what is allowed.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Socket presets: every option is set before bind/connect, because libzmq applies options
-only to later bind/connect calls. Each value carries its reason."""
+"""Socket presets, each value with its reason.
+
+Every option is set before bind/connect: libzmq applies options only to later calls.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""What a person runs beside the pipeline: CLI, interpret, tap, replay."""

@@ -1,0 +1,181 @@
+"""`voxweft tap` and `voxweft replay`: watch, record and replay the bus.
+
+The tap only subscribes to PUB sockets (a tap on PUSH would steal work) with LINGER 0 and a
+bounded receive queue: ZeroMQ drops for a slow tap, the pipeline never waits for it.
+
+A recording is a stream of msgpack arrays ``[receive_ns, topic, header, payload?]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import zmq
+
+from deploy.topology import Topology
+from protocol import sockets
+from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, ProtocolError, decode
+from protocol.messages import (
+    EndOfStream,
+    Message,
+    PcmMessage,
+    PlaybackEvent,
+    Status,
+    Transcript,
+    Translation,
+    VadEvent,
+    now_ns,
+    trace_ns,
+)
+
+
+def describe(msg: Message, recv_ns: int) -> dict:
+    """The fields a person wants to see for one message."""
+    row: dict = {"t": round(recv_ns / 1e9, 3), "topic": msg.topic().decode(), "src": msg.src,
+                 "seq": msg.seq, "transit_ms": round((recv_ns - msg.sent_ns) / 1e6, 2)}
+    if hasattr(msg, "utt"):
+        row["utt"] = msg.utt
+    if isinstance(msg, (Transcript, Translation)):
+        row["text"] = msg.text
+    if isinstance(msg, PcmMessage):
+        row["audio_s"] = round(msg.duration_s, 3)
+    if isinstance(msg, (VadEvent, PlaybackEvent)):
+        row["event"] = msg.event
+    if isinstance(msg, Status):
+        row.update(state=msg.state, busy_s=msg.busy_s, detail=msg.detail)
+    if isinstance(msg, EndOfStream):
+        row["media_s"] = msg.media_s
+    trace = getattr(msg, "trace", ())
+    speech_end = trace_ns(trace, "speech_end") if trace else None
+    if speech_end is not None:
+        row["since_speech_end_s"] = round((recv_ns - speech_end) / 1e9, 3)
+    return row
+
+
+def format_line(row: dict) -> str:
+    """One human line per message."""
+    millis = int(row["t"] * 1000) % 1000
+    clock = time.strftime("%H:%M:%S", time.localtime(row["t"])) + f".{millis:03d}"
+    parts = [clock, f"{row['topic']:<22}", f"seq={row['seq']:<6}"]
+    if row.get("utt"):
+        parts.append(f"utt={row['utt']}")
+    for key in ("event", "state"):
+        if key in row:
+            parts.append(str(row[key]))
+    if "audio_s" in row:
+        parts.append(f"{row['audio_s']:.3f}s audio")
+    if "text" in row:
+        parts.append(json.dumps(row["text"], ensure_ascii=False))
+    if row.get("detail"):
+        parts.append(row["detail"])
+    if "since_speech_end_s" in row:
+        parts.append(f"+{row['since_speech_end_s']:.3f}s since speech end")
+    return " ".join(parts)
+
+
+def tap(topology: Topology, args) -> int:
+    """Print every message on the bus until --count or --duration."""
+    ctx = zmq.Context()
+    endpoints = [topology.pub_connect(a) for a in topology.actors]
+    sock = sockets.sub(ctx, endpoints, [args.topic.encode()])
+    record = open(args.record, "wb") if args.record else None   # noqa: SIM115 - closed below
+    packer = msgpack.Packer(use_bin_type=True)
+    seen = 0
+    deadline = time.monotonic() + args.duration if args.duration else None
+    bad = 0
+    print(f"voxweft tap: listening on {', '.join(endpoints)}", file=sys.stderr)
+    try:
+        while args.count is None or seen < args.count:
+            wait = 500 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if deadline is not None and wait == 0:
+                break
+            if not sock.poll(min(wait, 500)):
+                continue
+            frames = sock.recv_multipart()
+            recv = now_ns()
+            if record:
+                record.write(packer.pack([recv, *frames]))
+            try:
+                msg = decode(frames)
+            except ProtocolError as exc:
+                bad += 1
+                print(f"voxweft tap: undecodable message ({exc})", file=sys.stderr)
+                continue
+            seen += 1
+            row = describe(msg, recv)
+            print(json.dumps(row, ensure_ascii=False) if args.json else format_line(row),
+                  flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close(0)
+        ctx.term()
+        if record:
+            record.close()
+    print(f"voxweft tap: {seen} message(s), {bad} undecodable", file=sys.stderr)
+    return 0
+
+
+def read_recording(path: Path):
+    """Yield (receive_ns, frames) from a recording; bounded like the wire decoder."""
+    with open(path, "rb") as f:
+        unpacker = msgpack.Unpacker(f, raw=True, max_buffer_size=MAX_PAYLOAD_BYTES * 2,
+                                    max_array_len=4, max_map_len=0,
+                                    max_bin_len=MAX_PAYLOAD_BYTES + MAX_HEADER_BYTES)
+        try:
+            for item in unpacker:
+                if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], int)):
+                    raise ValueError("not a voxweft tap recording")
+                yield item[0], [bytes(x) for x in item[1:]]
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
+def replay(topology: Topology, path: Path, fast: bool) -> int:
+    """Publish a recording again, each message from its original sender's endpoint."""
+    if not path.exists():
+        print(f"voxweft replay: {path} not found", file=sys.stderr)
+        return 2
+    ctx = zmq.Context()
+    pubs: dict[str, zmq.Socket] = {}
+    sent = 0
+    try:
+        items = []
+        for recv, frames in read_recording(path):
+            try:
+                items.append((recv, frames, decode(frames).src))
+            except ProtocolError:
+                continue   # recorded garbage is not published again
+        for src in sorted({src for _, _, src in items if src in topology.actors}):
+            try:
+                pubs[src] = sockets.pub(ctx, topology.pub_bind(src))
+            except zmq.ZMQError as exc:
+                print(f"voxweft replay: cannot bind {topology.pub_bind(src)} for {src} ({exc}); "
+                      f"stop the live {src} actor first", file=sys.stderr)
+                return 1
+        time.sleep(1.0)   # subscribers reconnect to the new publisher (slow joiner)
+        first_recv, t0 = (items[0][0] if items else 0), time.monotonic()
+        for recv, frames, src in items:
+            if src not in pubs:
+                continue
+            if not fast:
+                delay = (recv - first_recv) / 1e9 - (time.monotonic() - t0)
+                if delay > 0:
+                    time.sleep(delay)
+            pubs[src].send_multipart(frames)
+            sent += 1
+        time.sleep(0.2)
+    except ValueError as exc:
+        print(f"voxweft replay: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for sock in pubs.values():
+            sock.close(0)
+        ctx.term()
+    print(f"voxweft replay: published {sent} message(s) from {', '.join(pubs) or 'nobody'}",
+          file=sys.stderr)
+    return 0
