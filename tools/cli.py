@@ -31,10 +31,11 @@ def _host(topology, requested: str | None) -> str:
             raise TopologyError(f"--host {requested!r} is not one of: "
                                 f"{', '.join(topology.hosts)}")
         return requested
-    if len(topology.hosts) == 1:
-        return next(iter(topology.hosts))
-    raise TopologyError(f"the topology has several hosts; pass --host, one of: "
-                        f"{', '.join(topology.hosts)}")
+    used = sorted({config.host for config in topology.actors.values()})
+    if len(used) == 1:
+        return used[0]
+    raise TopologyError(f"the topology places actors on several hosts; pass --host, one of: "
+                        f"{', '.join(used)}")
 
 
 def _supervisor(args) -> tuple[Supervisor, object]:
@@ -157,8 +158,8 @@ def _tap_topology(args):
     run_dir = Path(args.run_dir) if args.run_dir else None
     if run_dir is None and not args.topology:
         topology = topo_mod.load(None)
-        run_dir = default_run_dir(_host(topology, args.host)) if len(topology.hosts) == 1 \
-            else None
+        hosts = {config.host for config in topology.actors.values()}
+        run_dir = default_run_dir(_host(topology, args.host)) if len(hosts) == 1 else None
     if run_dir is not None and (run_dir / "topology.toml").exists():
         return topo_mod.load(run_dir / "topology.toml")
     return topo_mod.load(args.topology)

@@ -1,0 +1,63 @@
+"""Shared fixtures: the LJ Speech corpus, free-port topologies, short run directories."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus" / "ljspeech"
+VOXWEFT = [sys.executable, "-m", "tools.cli"]
+
+
+def corpus_clips() -> list[Path]:
+    """The LJ Speech WAV files (each with a .txt reference)."""
+    clips = sorted(CORPUS.glob("*.wav"))
+    if not clips:
+        pytest.skip(f"corpus not found at {CORPUS}")
+    return clips
+
+
+def read_16k(path: Path) -> np.ndarray:
+    """A clip as 16 kHz mono float32."""
+    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    return soxr.resample(audio.mean(axis=1), rate, 16000).astype(np.float32)
+
+
+def write_session(path: Path, clips: list[Path], pause_s: float = 1.0) -> list[str]:
+    """Write clips separated by silence as one 16 kHz WAV; return their reference texts."""
+    silence = np.zeros(int(16000 * pause_s), np.float32)
+    parts = [silence]
+    for clip in clips:
+        parts += [read_16k(clip), silence]
+    sf.write(path, np.concatenate(parts), 16000, subtype="PCM_16")
+    return [clip.with_suffix(".txt").read_text().strip() for clip in clips]
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path (unix socket paths are <= 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="vwt-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def local_topology(directory: Path, input_wav: Path, output_wav: Path,
+                   overrides: dict | None = None) -> Path:
+    """A topology file on free loopback ports: file capture, WAV player."""
+    from deploy.topology import load
+    from tools.interpret import file_topology
+
+    topology = file_topology(load(None), input_wav, output_wav.parent, "en", "pt", fast=False)
+    if overrides:
+        topology = topology.with_overrides(overrides)
+    path = directory / "topology.toml"
+    path.write_text(topology.dumps())
+    return path

@@ -1,0 +1,121 @@
+"""Real supervisord, real actors, real sockets: up, status, kill -9 each actor, down."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from deploy.supervisor import BusWatcher, Supervisor
+from deploy.topology import load
+from tests.conftest import ROOT, VOXWEFT, corpus_clips, local_topology, write_session
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def voxweft(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*VOXWEFT, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def running(short_tmp):
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[:1])
+    topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
+    run_dir = short_tmp / "run"
+    up = voxweft("up", "--topology", str(topo_path), "--run-dir", str(run_dir))
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "supervisorctl -c" in up.stdout
+    sup = Supervisor(run_dir)
+    yield sup, load(topo_path), run_dir, up
+    pids = [p["pid"] for p in sup.processes().values() if p["pid"]] if sup.running() else []
+    voxweft("down", "--run-dir", str(run_dir))
+    for pid in pids:
+        wait_for(lambda pid=pid: not pid_alive(pid), 10, f"pid {pid} to exit")
+
+
+def test_up_status_kill_each_actor_down(running):
+    sup, topology, run_dir, up = running
+    assert "all 6 actors ready" in up.stdout
+
+    status = voxweft("status", "--run-dir", str(run_dir))
+    assert status.returncode == 0, status.stderr
+    lines = {line.split()[0]: line for line in status.stdout.splitlines()[1:]}
+    for actor in topology.actors:
+        assert "RUNNING" in lines[actor] and " ready " in lines[actor], status.stdout
+
+    # plain supervisorctl works as people expect
+    ctl = subprocess.run(sup.ctl_command().split() + ["status"], capture_output=True,
+                         text=True)
+    assert ctl.stdout.count("RUNNING") == 6, ctl.stdout
+
+    watcher = BusWatcher(topology)
+    try:
+        for victim in topology.actors:
+            before = {n: p["pid"] for n, p in sup.processes().items()}
+            os.kill(before[victim], signal.SIGKILL)
+
+            def restarted(victim=victim, old=before[victim]):
+                info = sup.processes()[victim]
+                return info["statename"] == "RUNNING" and info["pid"] != old
+
+            wait_for(restarted, 60, f"{victim} restarted by supervisord")
+            new_pid = sup.processes()[victim]["pid"]
+
+            def ready_again(victim=victim, new_pid=new_pid):
+                watcher.poll(0.3)
+                st = watcher.latest.get(victim)
+                return st is not None and st.pid == new_pid and st.state == "ready"
+
+            wait_for(ready_again, 120, f"{victim} ready on the bus again")
+            after = {n: p["pid"] for n, p in sup.processes().items()}
+            for other, pid in before.items():
+                if other != victim:
+                    assert after[other] == pid, f"{other} was restarted when {victim} died"
+    finally:
+        watcher.close()
+
+    pids = [p["pid"] for p in sup.processes().values()]
+    down = voxweft("down", "--run-dir", str(run_dir))
+    assert down.returncode == 0, down.stderr
+    for pid in pids:
+        wait_for(lambda pid=pid: not pid_alive(pid), 10, f"actor pid {pid} gone after down")
+    assert not sup.running()
+
+
+def test_up_names_the_actor_that_cannot_start(short_tmp):
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[:1])
+    topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
+    run_dir = short_tmp / "run"
+    env = {**os.environ, "VOXWEFT_FAULT": "fail_load"}
+    up = subprocess.run([*VOXWEFT, "up", "--topology", str(topo_path), "--run-dir",
+                         str(run_dir), "--timeout", "60"], cwd=ROOT, capture_output=True,
+                        text=True, env=env, timeout=120)
+    try:
+        assert up.returncode != 0
+        assert "failed" in up.stderr and "simulated missing model" in up.stderr, up.stderr
+    finally:
+        voxweft("down", "--run-dir", str(run_dir))
