@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+
+# Block SIGTERM/SIGINT before any import can start a thread (BLAS pools, ONNX runtime...):
+# every thread inherits the mask, so the runtime's signal thread alone takes them (sigwait).
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
 import argparse
 import logging
 import os

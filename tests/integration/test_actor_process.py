@@ -1,0 +1,157 @@
+"""One real actor process on real sockets: heartbeats, bad input, language refusal, SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from deploy.topology import load
+from protocol import sockets
+from protocol.codec import decode, encode
+from protocol.messages import Status, Transcript, Translation, stamp
+from tests.conftest import ROOT, corpus_clips, local_topology, write_session
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class FakeUpstream:
+    """Plays the upstream actor: binds its PUB endpoint; listens to the actor under test."""
+
+    def __init__(self, topology, upstream: str, actor: str) -> None:
+        self.ctx = zmq.Context()
+        self.pub = sockets.pub(self.ctx, topology.pub_bind(upstream))
+        self.sub = sockets.sub(self.ctx, [topology.pub_connect(actor)], [b""])
+        self.upstream = upstream
+        self.seq = 0
+
+    def send(self, msg) -> None:
+        self.seq += 1
+        self.pub.send_multipart(encode(stamp(msg, src=self.upstream, epoch=1, seq=self.seq)))
+
+    def receive(self, kind, timeout_s: float, where=lambda m: True):
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if self.sub.poll(int(left * 1000)):
+                msg = decode(self.sub.recv_multipart())
+                if isinstance(msg, kind) and where(msg):
+                    return msg
+        return None
+
+    def close(self) -> None:
+        self.pub.close(0)
+        self.sub.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def topology_path(short_tmp):
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[:1])
+    return local_topology(short_tmp, session, short_tmp / "out.wav")
+
+
+def start_actor(topology_path, actor: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "actors", "--topology", str(topology_path),
+                             "--actor", actor], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def stop_within(proc: subprocess.Popen, seconds: float) -> float:
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=10)
+    elapsed = time.monotonic() - t0
+    assert code == 0, proc.stderr.read()
+    assert elapsed < seconds, f"took {elapsed:.2f} s to exit after SIGTERM"
+    return elapsed
+
+
+def test_mt_survives_garbage_refuses_wrong_language_and_stops_cleanly(topology_path):
+    topology = load(topology_path)
+    proc = start_actor(topology_path, "mt")
+    bus = FakeUpstream(topology, "asr", "mt")
+    try:
+        assert bus.receive(Status, 60, lambda s: s.state == "ready"), "mt never ready"
+        hello = Transcript(utt="u1", src_lang="en", text="The cat is in the garden.")
+        reply = None
+        for _ in range(20):   # the first sends may meet ZeroMQ's slow-joiner window
+            bus.send(hello)
+            reply = bus.receive(Translation, 1.0)
+            if reply:
+                break
+        assert reply is not None and reply.utt == "u1"
+        assert reply.tgt_lang == "pt" and "gato" in reply.text.lower(), reply
+
+        garbage = [
+            [b"transcript.asr", b"\xc1"],                                  # invalid msgpack
+            [b"transcript.asr", msgpack.packb({"v": 99, "type": "transcript"})],
+            [b"transcript.asr", msgpack.packb({"v": 1, "type": "nonsense"})],
+            [b"transcript.asr", msgpack.packb({"v": 1, "type": "transcript", "text": 5})],
+            [b"transcript.asr", b"\x91" * 5000 + b"\xc0"],                 # deep nesting
+            [b"transcript.asr"],
+        ]
+        for frames in garbage:
+            bus.pub.send_multipart(frames)
+        bus.send(Transcript(utt="u2", src_lang="de", text="Die Katze ist im Garten."))
+        refused = bus.receive(Translation, 5, lambda m: m.utt == "u2")
+        assert refused is not None and refused.text == "", "wrong-language text was translated"
+        bus.send(Transcript(utt="u3", src_lang="en", text="Good morning."))
+        assert bus.receive(Translation, 5, lambda m: m.utt == "u3").text
+
+        status = bus.receive(Status, 3, lambda s: s.src == "mt"
+                             and s.counters.get("refused_lang") == 1)
+        assert status is not None
+        bad = sum(v for k, v in status.counters.items() if k.startswith("bad_"))
+        assert bad == len(garbage), status.counters
+        assert proc.poll() is None, "mt died on bad input"
+        stop_within(proc, 2.0)
+    finally:
+        bus.close()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_heartbeat_continues_during_long_model_call_and_sigterm_interrupts(topology_path):
+    topology = load(topology_path)
+    proc = start_actor(topology_path, "tts")
+    bus = FakeUpstream(topology, "mt", "tts")
+    try:
+        assert bus.receive(Status, 120, lambda s: s.state == "ready"), "tts never ready"
+        text = " ".join(["O gato está no jardim e o cachorro dorme perto da porta."] * 40)
+        long = Translation(utt="long", src_lang="en", tgt_lang="pt", text=text)
+        busy = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(busy) < 3:
+            bus.send(long)
+            st = bus.receive(Status, 1.5, lambda s: s.busy_s > 0.5)
+            if st:
+                busy.append(st)
+        assert len(busy) >= 3, "no heartbeat while the model was busy"
+        beats = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:
+            st = bus.receive(Status, 1.0)
+            if st:
+                beats.append(time.monotonic())
+        assert len(beats) >= 3, f"only {len(beats)} heartbeats in 3 s during a model call"
+        stop_within(proc, 2.5)   # 2 s promised; margin for a loaded CI machine
+    finally:
+        bus.close()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_bad_config_exits_with_one_clear_line(short_tmp):
+    bad = short_tmp / "bad.toml"
+    bad.write_text((ROOT / "deploy" / "default.toml").read_text().replace(
+        'engine = "faster-whisper"', 'engine = "faster-wisper"'))
+    proc = subprocess.run([sys.executable, "-m", "actors", "--topology", str(bad), "--actor",
+                           "asr"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78
+    lines = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(lines) == 1 and "faster-wisper" in lines[0] and "faster-whisper" in lines[0]
