@@ -158,6 +158,7 @@ class TtsEngine(abc.ABC):
 
     def __init__(self, **settings: Any) -> None:
         """Validate settings; an unknown or invalid key raises ValueError naming it."""
+        self.settings = dict(settings)  # as given, for logs; subclasses validate and apply them
 
     def languages(self) -> frozenset[str]:
         """ISO-639-1 codes this engine can speak."""
@@ -213,9 +214,11 @@ class EspeakEngine(TtsEngine):
         self._exe: str | None = None
 
     def languages(self) -> frozenset[str]:
+        """The languages of the voice map."""
         return frozenset(self.voices)
 
     def load(self) -> None:
+        """Find espeak-ng and check that every configured voice speaks."""
         self._exe = _espeak_path()
         # Probe every configured voice once: a bad voice name fails here, not mid-conversation.
         for lang in sorted(self.voices):
@@ -223,6 +226,7 @@ class EspeakEngine(TtsEngine):
                 raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
 
     def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._exe is None:
             raise RuntimeError("EspeakEngine.load() must be called before synthesize()")
@@ -323,9 +327,11 @@ class KokoroEngine(TtsEngine):
         self._style: np.ndarray | None = None
 
     def languages(self) -> frozenset[str]:
+        """Languages checked intelligible through a whisper round trip."""
         return _KOKORO_LANGUAGES
 
     def load(self) -> None:
+        """Assemble and verify the model in memory, open the ONNX session, run a warm-up."""
         import onnxruntime as ort  # heavy import: only in the process that speaks
 
         self._exe = _espeak_path()
@@ -349,14 +355,18 @@ class KokoroEngine(TtsEngine):
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = self.threads
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Idle pool threads must sleep, not spin: the cores are shared with other model processes.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(blob, sess_options=opts,
                                              providers=["CPUExecutionProvider"])
         # Warm-up: the first run allocates and picks kernels; pay that here, not on first speech.
         self._infer(self.phonemize("Olá, tudo bem.", "pt"))
 
     def phonemize(self, clause: str, lang: str) -> str:
-        """Kokoro phoneme string for one clause: espeak IPA per punctuation-delimited segment,
-        mapped onto Kokoro's symbols, with the clause's punctuation kept between segments.
+        """Kokoro phoneme string for one clause.
+
+        Each punctuation-delimited segment is phonemized by espeak-ng, mapped onto Kokoro's
+        symbols, and the clause's punctuation is kept between segments.
         """
         self._check_lang(lang)
         if self._exe is None:
@@ -384,6 +394,7 @@ class KokoroEngine(TtsEngine):
         return " ".join(out).strip()
 
     def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+        """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._session is None:
             raise RuntimeError("KokoroEngine.load() must be called before synthesize()")

@@ -123,7 +123,7 @@ def _check_counters(name: str, value: object) -> dict[str, int]:
 
 def _decode_pcm(header: dict, payload: bytes) -> np.ndarray:
     dtype_name = header.get("dtype")
-    if dtype_name not in PCM_DTYPES:
+    if not isinstance(dtype_name, str) or dtype_name not in PCM_DTYPES:
         raise ProtocolError("bad_pcm", f"dtype {dtype_name!r:.20} not in {sorted(PCM_DTYPES)}")
     channels = _check_scalar("channels", header.get("channels"), "int")
     frames = _check_scalar("frames", header.get("frames"), "int")

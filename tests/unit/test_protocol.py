@@ -235,7 +235,8 @@ def test_payload_length_mismatch_is_bad_pcm(delta: int):
 
 
 @pytest.mark.parametrize("changes", [
-    {"dtype": "float64"}, {"dtype": None}, {"dtype": 5}, {"channels": 0},
+    {"dtype": "float64"}, {"dtype": None}, {"dtype": 5}, {"dtype": []}, {"dtype": {"a": 1}},
+    {"channels": 0},
     {"channels": MAX_CHANNELS + 1}, {"channels": -1}, {"frames": -1},
     {"frames": 2**63}, {"channels": 2},
 ], ids=str)

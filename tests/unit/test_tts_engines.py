@@ -16,7 +16,10 @@ import pytest
 
 from actors.tts_engines import ENGINES, EspeakEngine, KokoroEngine, TtsEngine, split_clauses
 
-PT = "produziu os livros de blocos, que foram os antecessores imediatos do verdadeiro livro impresso."
+PT = (
+    "produziu os livros de blocos, "
+    "que foram os antecessores imediatos do verdadeiro livro impresso."
+)
 EN = "The doctor said that the patient needs to rest, so he will stay home for two weeks."
 # Four clauses: enough that the first one is clearly ready before the rest.
 PT_LONG = "Amanhã vamos à cidade, comer num restaurante, passear perto do rio, e voltar cedo."

@@ -1,0 +1,87 @@
+"""The whole pipeline on real English speech: supervised processes, real models, real bus."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import jiwer
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def normalize(text: str) -> str:
+    """Lower case, no punctuation, single spaces (the usual WER normalisation)."""
+    text = re.sub(r"[^\w\s']", " ", text.lower())
+    return " ".join(text.split())
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def run_interpret(tmp_path, clips, *extra):
+    session = tmp_path / "session.wav"
+    references = write_session(session, clips)
+    out = tmp_path / "out"
+    proc = subprocess.run([*VOXWEFT, "interpret", "--input", str(session), "--out", str(out),
+                           "--src", "en", "--tgt", "pt", *extra], cwd=ROOT, capture_output=True,
+                          text=True, timeout=800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, references, proc
+
+
+def check_outputs(out, references):
+    transcripts = read_jsonl(out / "transcript.jsonl")
+    translations = read_jsonl(out / "translation.jsonl")
+    assert len(transcripts) == len(references), transcripts
+    wer = jiwer.wer([normalize(r) for r in references],
+                    [normalize(t["text"]) for t in transcripts])
+    assert wer < 0.10, f"WER {wer:.3f}: {[t['text'] for t in transcripts]}"
+    # media times are increasing and inside the session
+    starts = [t["media_start_s"] for t in transcripts]
+    assert starts == sorted(starts) and starts[0] >= 0.5
+
+    assert [t["utt"] for t in translations] == [t["utt"] for t in transcripts]
+    for tr in translations:
+        assert tr["src_lang"] == "en" and tr["tgt_lang"] == "pt"
+        assert tr["text"] and normalize(tr["text"]) != normalize(tr["source_text"]), tr
+    portuguese = " ".join(t["text"].lower() for t in translations)
+    assert re.search(r"\b(que|de|os|nunca|em|com)\b", portuguese), portuguese
+
+    audio, rate = sf.read(out / "output.wav", dtype="float32")
+    assert rate == 24000
+    assert len(audio) / rate > 0.5 * len(references)
+    assert np.sqrt(np.mean(audio ** 2)) > 0.01, "output.wav is silent"
+
+    latency = json.loads((out / "latency.json").read_text())
+    rows = latency["utterances"]
+    assert [r["utt"] for r in rows] == [t["utt"] for t in transcripts]
+    for row in rows:
+        assert row["played"]
+        figure = row["speech_end_to_first_audio_s"]
+        assert figure is not None and figure > 0
+        stages = row["stages_s"]
+        assert all(v is not None and v >= 0 for v in stages.values()), stages
+        # the stages add up to the end-to-end figure (same clock, same trace)
+        assert abs(sum(stages.values()) - figure) < 0.01
+    return transcripts, translations, latency
+
+
+def test_interpret_five_clips_fast(tmp_path):
+    out, references, proc = run_interpret(tmp_path, corpus_clips(), "--fast")
+    check_outputs(out, references)
+    assert (out / "logs" / "asr.log").exists()
+
+
+def test_interpret_real_time(tmp_path):
+    out, references, proc = run_interpret(tmp_path, corpus_clips()[:2])
+    _, _, latency = check_outputs(out, references)
+    assert latency["mode"] == "realtime"
+    print(json.dumps(latency["summary"], indent=1))

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install everything voxweft needs (system packages, then a virtualenv in .venv) and run
+# the demo on the bundled sample. Debian/Ubuntu (as root or with sudo) or macOS + Homebrew.
+#   tools/install.sh            install and run the demo
+#   tools/install.sh --no-demo  install only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+case "$(uname -s)" in
+  Darwin)
+    command -v brew >/dev/null || { echo "install Homebrew first (https://brew.sh)"; exit 1; }
+    brew install python@3.11 portaudio espeak-ng libsndfile
+    PYTHON=${PYTHON:-python3.11}
+    ;;
+  Linux)
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    # espeak-ng: phonemes for Kokoro and the espeak engine; libportaudio2: sound devices;
+    # libsndfile1: audio files; pulseaudio: the null sink the device tests play into.
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 \
+      pulseaudio pulseaudio-utils libasound2-plugins >/dev/null
+    PYTHON=${PYTHON:-python3}
+    ;;
+  *) echo "unsupported system $(uname -s): use Debian/Ubuntu or macOS"; exit 1 ;;
+esac
+
+"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "voxweft needs Python >= 3.11"'
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activate)"
+
+if [ "${1:-}" != "--no-demo" ]; then
+  echo "demo: interpreting tools/samples/demo-en.wav (English) into Portuguese..."
+  .venv/bin/voxweft interpret --input tools/samples/demo-en.wav --out demo-out --src en --tgt pt
+  echo "demo: listen to demo-out/output.wav; transcripts and latencies are in demo-out/"
+fi
