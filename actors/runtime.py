@@ -339,18 +339,46 @@ class Runtime:
 
     def _loop(self, inputs: list[zmq.Socket]) -> None:
         poller = zmq.Poller()
+        monitors = {}
         for sock in inputs:
             poller.register(sock, zmq.POLLIN)
-        while not self.stop.is_set():
-            timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
-            events = dict(poller.poll(timeout_ms)) if inputs else (time.sleep(
-                timeout_ms / 1000) or {})
-            for sock in inputs:
-                if sock in events:
-                    self._receive(sock)
-            self._call(self.actor.tick)
-            if self.backlog:
-                self._flush_backlog()
+            # libzmq drops a connection whose peer sent a frame over MAXMSGSIZE and never
+            # reconnects it by itself (seen with 4.3.5): watch for disconnects and reconnect.
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            monitors[mon] = sock
+            poller.register(mon, zmq.POLLIN)
+        try:
+            while not self.stop.is_set():
+                timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
+                events = dict(poller.poll(timeout_ms)) if inputs else (time.sleep(
+                    timeout_ms / 1000) or {})
+                for sock in inputs:
+                    if sock in events:
+                        self._receive(sock)
+                for mon, sock in monitors.items():
+                    if mon in events:
+                        self._reconnect(mon, sock)
+                self._call(self.actor.tick)
+                if self.backlog:
+                    self._flush_backlog()
+        finally:
+            for mon, sock in monitors.items():
+                sock.disable_monitor()
+                mon.close(0)
+
+    def _reconnect(self, mon: zmq.Socket, sock: zmq.Socket) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        event = recv_monitor_message(mon)
+        endpoint = event["endpoint"].decode()
+        self.actor.counters["disconnects"] += 1
+        log.info("%s: lost %s (peer stopped or sent an oversized frame); reconnecting",
+                 self.actor.name, endpoint)
+        try:
+            sock.disconnect(endpoint)
+        except zmq.ZMQError:
+            pass
+        sock.connect(endpoint)
 
 
 def _parse_fault(spec: str) -> tuple[str, int] | None:

@@ -194,6 +194,7 @@ class EspeakEngine(TtsEngine):
     _SETTINGS: ClassVar[dict[str, str]] = {
         "rate_wpm": "int 80..450, default 175",
         "voices": "mapping ISO-639-1 code -> espeak-ng voice",
+        "threads": "accepted for uniformity; espeak-ng runs one thread per call",
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -310,11 +311,17 @@ class KokoroEngine(TtsEngine):
         "voice": f"one of {', '.join(_KOKORO_VOICES)}; default jm_kumo",
         "speed": "number 0.5..2.0, default 1.0",
         "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
+        "max_clause_chars": "int 20..500, longest clause per model run, default 120",
+        "first_chunk_chars": "int 10..500, longest first chunk (latency knob), default 40",
     }
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
         _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.max_clause_chars = int(_number("max_clause_chars",
+                                            settings.get("max_clause_chars", 120), 20, 500, True))
+        self.first_chunk_chars = int(_number("first_chunk_chars",
+                                             settings.get("first_chunk_chars", 40), 10, 500, True))
         self.voice = settings.get("voice", "jm_kumo")
         if self.voice not in _KOKORO_VOICES:
             raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")
@@ -400,8 +407,23 @@ class KokoroEngine(TtsEngine):
             raise RuntimeError("KokoroEngine.load() must be called before synthesize()")
         return self._clauses(text, lang)
 
+    def plan(self, text: str) -> list[str]:
+        """The chunks to synthesize: clauses, with a short first chunk.
+
+        Kokoro costs about as long as the audio it makes, so the first audio waits for the
+        whole first clause; a short first chunk starts playback early and the later, longer
+        chunks are ready before the earlier ones finish playing.
+        """
+        clauses = split_clauses(text, self.max_clause_chars)
+        if clauses and len(clauses[0]) > self.first_chunk_chars:
+            head = split_clauses(clauses[0], self.first_chunk_chars)
+            rest = " ".join(head[1:])
+            clauses = head[:1] + (split_clauses(rest, self.max_clause_chars) if rest else []) \
+                + clauses[1:]
+        return clauses
+
     def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
-        for clause in split_clauses(text):
+        for clause in self.plan(text):
             phonemes = self.phonemize(clause, lang)
             pieces = [self._infer(p) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)

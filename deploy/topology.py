@@ -89,6 +89,12 @@ def _merge(base: dict, extra: dict) -> None:
             base[key] = value
 
 
+def _table(where: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise TopologyError(f"{where} = {value!r:.40} must be a table")
+    return value
+
+
 def _unknown(where: str, keys, allowed) -> None:
     for key in keys:
         if key not in allowed:
@@ -141,7 +147,7 @@ def check_engine(name: str, config: EngineConfig, where: str):
                             f"{', '.join(registry)}")
     try:
         engine = registry[config.engine](**{"threads": config.threads, **config.settings})
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise TopologyError(f"{where}.settings: {exc}") from None
     if name == "mt":
         ok, wanted, offered = ((config.src_lang, config.tgt_lang) in engine.pairs(),
@@ -159,7 +165,7 @@ def check_engine(name: str, config: EngineConfig, where: str):
 def parse(raw: dict, source: str = "<topology>") -> Topology:
     """Validate a topology already read from TOML."""
     _unknown(source, raw, TOP_KEYS)
-    pipeline = raw.get("pipeline", {})
+    pipeline = _table(f"{source}: pipeline", raw.get("pipeline", {}))
     _unknown(f"{source}: pipeline", pipeline, PIPELINE_KEYS)
     src_lang, tgt_lang = pipeline.get("src_lang", "en"), pipeline.get("tgt_lang", "pt")
     for key, code in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
@@ -167,20 +173,24 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
             raise TopologyError(f"{source}: pipeline.{key} = {code!r} must be a two-letter "
                                 "ISO 639-1 code such as 'en' or 'pt'")
     hosts = {}
-    for name, table in raw.get("hosts", {}).items():
-        _unknown(f"{source}: hosts.{name}", table, HOST_KEYS)
+    for name, table in _table(f"{source}: hosts", raw.get("hosts", {})).items():
+        _unknown(f"{source}: hosts.{name}", _table(f"{source}: hosts.{name}", table), HOST_KEYS)
         hosts[name] = Host(name, table.get("address", "127.0.0.1"),
                            table.get("bind", table.get("address", "127.0.0.1")))
+        for key in HOST_KEYS:
+            if not isinstance(getattr(hosts[name], key), str):
+                raise TopologyError(f"{source}: hosts.{name}.{key} = "
+                                    f"{getattr(hosts[name], key)!r} must be a str")
     if not hosts:
         raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
-    tables = raw.get("actors", {})
+    tables = _table(f"{source}: actors", raw.get("actors", {}))
     _unknown(f"{source}: actors", tables, ACTOR_NAMES)
     actors = {}
     for name in ACTOR_NAMES:
         if name not in tables:
             raise TopologyError(f"{source}: missing table [actors.{name}]")
         where = f"{source}: actors.{name}"
-        actors[name] = _actor_config(name, tables[name], src_lang, tgt_lang, where)
+        actors[name] = _actor_config(name, _table(where, tables[name]), src_lang, tgt_lang, where)
         if actors[name].host not in hosts:
             raise TopologyError(f"{where}.host = {actors[name].host!r} is not one of: "
                                 f"{', '.join(hosts)}")

