@@ -137,7 +137,8 @@ class PlayerActor(Actor):
         super().__init__(topology, config)
         self.sink = None
         self.queue: collections.OrderedDict[str, Utterance] = collections.OrderedDict()
-        self.pending_finish: list[tuple[int, PlaybackEvent]] = []
+        # Events wait until the audio they describe is really heard: (due wall ns, event).
+        self.pending: list[tuple[int, PlaybackEvent]] = []
         self.done: collections.deque[str] = collections.deque(maxlen=1000)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
@@ -173,15 +174,18 @@ class PlayerActor(Actor):
 
     def tick(self) -> Iterator[Message]:
         """Feed the sink, head utterance first; publish started/finished events."""
+        self._advance()
         now = now_ns()
-        while self.pending_finish and self.pending_finish[0][0] <= now:
-            yield self.pending_finish.pop(0)[1]
+        while self.pending and self.pending[0][0] <= now:
+            yield self.pending.pop(0)[1]
+
+    def _advance(self) -> None:
         while self.queue:
             u = next(iter(self.queue.values()))
-            yield from self._feed(u)
+            self._feed(u)
             gap_s = time.monotonic() - u.last_arrival
             if u.last_index is not None and u.next_index > u.last_index:
-                yield from self._finish(u)
+                self._finish(u)
             elif gap_s * 1000 > self.config.gap_timeout_ms:
                 if u.last_index is not None and u.next_index < u.last_index:
                     # A chunk in the middle is missing: skip it and play what follows.
@@ -192,11 +196,15 @@ class PlayerActor(Actor):
                 self.counters["incomplete_utterances"] += 1
                 u.complete = False
                 self.log.warning("player: %s: no chunk for %.1f s; moving on", u.utt, gap_s)
-                yield from self._finish(u)
+                self._finish(u)
             else:
                 return
 
-    def _feed(self, u: Utterance) -> Iterator[Message]:
+    def _schedule(self, due_ns: int, event: PlaybackEvent) -> None:
+        self.pending.append((due_ns, event))
+        self.pending.sort(key=lambda item: item[0])   # stable: same time keeps send order
+
+    def _feed(self, u: Utterance) -> None:
         while u.next_index in u.chunks:
             chunk = u.chunks.pop(u.next_index)
             u.next_index += 1
@@ -211,19 +219,22 @@ class PlayerActor(Actor):
             if u.started_ns is None:
                 u.started_ns = start_ns
                 u.trace = traced(u.trace, "play.start", start_ns)
-                yield PlaybackEvent(utt=u.utt, event="started", trace=u.trace)
+                self._schedule(start_ns, PlaybackEvent(utt=u.utt, event="started",
+                                                       trace=u.trace))
 
-    def _finish(self, u: Utterance) -> Iterator[Message]:
+    def _finish(self, u: Utterance) -> None:
         del self.queue[u.utt]
         self.done.append(u.utt)
         if u.started_ns is None:
-            yield PlaybackEvent(utt=u.utt, event="skipped", complete=u.complete,
-                                trace=traced(u.trace, "play.end"))
+            after = max([now_ns()] + [due for due, _ in self.pending])   # keep event order
+            self._schedule(after, PlaybackEvent(utt=u.utt, event="skipped",
+                                                complete=u.complete,
+                                                trace=traced(u.trace, "play.end")))
             return
         end_ns = self.sink.busy_until_ns()
         event = PlaybackEvent(utt=u.utt, event="finished", duration_s=round(u.played_s, 3),
                               complete=u.complete, trace=traced(u.trace, "play.end", end_ns))
-        self.pending_finish.append((end_ns, event))
+        self._schedule(end_ns, event)
 
     def tick_interval_s(self) -> float:
         """Audio is fed at 20 ms granularity."""

@@ -141,9 +141,11 @@ class SileroVad:
 class VadModel(Protocol):
     """What the segmenter needs from a VAD; :class:`SileroVad` is the production one."""
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Forget all state: the next sample starts a new stream."""
 
-    def process(self, samples: np.ndarray) -> np.ndarray: ...
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        """Speech probabilities of every complete window in the buffered stream."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,161 @@
+"""Actor logic through run_actor: real engines and files, no sockets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from actors.capture import PIPELINE_RATE, CaptureActor, FileSource
+from actors.player import PlayerActor
+from actors.runtime import StartupError
+from actors.segmenter import SegmenterActor
+from deploy.topology import load
+from protocol.messages import (
+    AudioFrame,
+    EndOfStream,
+    PlaybackEvent,
+    Segment,
+    SpeechChunk,
+    Status,
+    VadEvent,
+)
+from tests.conftest import corpus_clips, read_16k
+from tests.unit.helpers import run_actor
+
+
+def topology(**overrides):
+    return load(None).with_overrides({"actors": overrides})
+
+
+def frames_of(audio: np.ndarray, frame: int = 320):
+    return [AudioFrame(sample_rate=16000, pcm=audio[i:i + frame], media_s=i / 16000,
+                       capture_ns=1_000_000_000 + i * 62_500)
+            for i in range(0, len(audio), frame)]
+
+
+def test_segment_pcm_is_exactly_the_captured_samples():
+    # The modelled system turned a 44-byte WAV header into 22 loud samples at the start of
+    # every segment. Here the segment must start with the very samples capture sent.
+    speech = read_16k(corpus_clips()[0])
+    stream = np.concatenate([np.zeros(16000, np.float32), speech,
+                             np.zeros(16000, np.float32)])
+    topo = topology()
+    seg = SegmenterActor(topo, topo.actors["segmenter"])
+    out = run_actor(seg, frames_of(stream) + [EndOfStream(media_s=len(stream) / 16000)],
+                    src="capture")
+    segments = [m for m in out if isinstance(m, Segment)]
+    assert len(segments) == 1
+    s = segments[0]
+    start = round(s.media_start_s * 16000)
+    np.testing.assert_array_equal(s.pcm, stream[start:start + len(s.pcm)])
+    assert s.src_lang == "en" and s.sample_rate == 16000
+    events = [m.event for m in out if isinstance(m, VadEvent)]
+    assert events == ["start", "end"]
+    assert [name for name, _, _ in s.trace] == ["capture", "speech_start", "speech_end",
+                                                "segment"]
+    eos = [m for m in out if isinstance(m, EndOfStream)]
+    assert eos and eos[0].utterances == 1
+
+
+def test_segmenter_drops_frames_of_the_wrong_format():
+    topo = topology()
+    seg = SegmenterActor(topo, topo.actors["segmenter"])
+    bad = AudioFrame(sample_rate=44100, pcm=np.zeros(882, np.float32), media_s=0.0)
+    stereo = AudioFrame(sample_rate=16000, pcm=np.zeros((320, 2), np.float32), media_s=0.0)
+    assert run_actor(seg, [bad, stereo], src="capture") == []
+    assert seg.counters["bad_format"] == 2
+
+
+@pytest.mark.parametrize(("rate", "channels", "subtype"), [(8000, 2, "PCM_16"),
+                                                           (48000, 1, "FLOAT"),
+                                                           (22050, 1, "PCM_16")])
+def test_file_source_resamples_any_rate_to_16k_mono(tmp_path, rate, channels, subtype):
+    seconds = 1.3
+    t = np.arange(int(rate * seconds)) / rate
+    tone = (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    data = np.stack([tone] * channels, axis=1) if channels > 1 else tone
+    path = tmp_path / "in.wav"
+    sf.write(path, data, rate, subtype=subtype)
+    src = FileSource(str(path), 320)
+    frames = []
+    while not src.ended:
+        frames.extend(src.read())
+    audio = np.concatenate(frames)
+    assert abs(len(audio) - seconds * PIPELINE_RATE) <= 32   # nothing lost, nothing added
+    assert all(len(f) == 320 for f in frames[:-1])
+    spectrum = np.abs(np.fft.rfft(audio[1600:-1600]))
+    peak_hz = np.argmax(spectrum) * PIPELINE_RATE / len(audio[1600:-1600])
+    assert abs(peak_hz - 440) < 5
+    assert 0.3 < np.abs(audio).max() <= 0.51
+
+
+def test_file_source_refuses_a_text_file_renamed_wav(tmp_path):
+    path = tmp_path / "notes.wav"
+    path.write_text("this is not audio\n" * 100)
+    with pytest.raises(StartupError, match="cannot read audio file"):
+        FileSource(str(path), 320)
+
+
+def test_capture_waits_for_ready_pipeline_then_paces_frames(tmp_path):
+    path = tmp_path / "in.wav"
+    sf.write(path, np.zeros(16000, np.float32), 16000)
+    topo = topology(capture={"source": "file", "path": str(path), "fast": True})
+    cap = CaptureActor(topo, topo.actors["capture"])
+    assert run_actor(cap, [], ticks=3) == []   # nobody is ready: nothing is sent
+    statuses = [Status(src=a, state="ready") for a in ("asr", "mt", "tts", "player")]
+    statuses.append(Status(src="segmenter", state="ready", peers={"capture": cap.epoch}))
+    out = run_actor(cap, statuses, ticks=60, tick_sleep_s=0.01, loaded=True)
+    frames = [m for m in out if isinstance(m, AudioFrame)]
+    assert len(frames) == 50 and all(len(f.pcm) == 320 for f in frames)
+    assert [f.media_s for f in frames] == pytest.approx([i * 0.02 for i in range(50)])
+    assert isinstance(out[-1], EndOfStream) and out[-1].media_s == pytest.approx(1.0)
+
+
+def chunk(utt, index, last=False, seconds=0.1, rate=24000):
+    pcm = np.full(int(rate * seconds), 0.1 if not last else 0.0, np.float32)
+    return SpeechChunk(utt=utt, index=index, last=last, sample_rate=rate,
+                       pcm=pcm if not last else np.zeros(0, np.float32),
+                       trace=(("speech_end", 1, 0.0), ("tts.first", 2, None)))
+
+
+def player(tmp_path, gap_ms=200):
+    topo = topology(player={"sink": "wav", "path": str(tmp_path / "out.wav"),
+                            "gap_timeout_ms": gap_ms})
+    return PlayerActor(topo, topo.actors["player"])
+
+
+def test_player_plays_in_order_resamples_and_reports(tmp_path):
+    p = player(tmp_path)
+    inputs = [chunk("a", 0), chunk("b", 0, rate=16000), chunk("a", 1), chunk("a", 2, True),
+              chunk("b", 1, True)]
+    out = run_actor(p, inputs, src="tts", ticks=40, tick_sleep_s=0.02)
+    p.close()
+    events = [(m.utt, m.event) for m in out if isinstance(m, PlaybackEvent)]
+    assert events == [("a", "started"), ("a", "finished"), ("b", "started"), ("b", "finished")]
+    finished = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert finished[0].duration_s == pytest.approx(0.2, abs=0.01) and finished[0].complete
+    audio, rate = sf.read(tmp_path / "out.wav")
+    assert rate == 24000 and len(audio) >= int(0.3 * 24000)
+
+
+def test_player_never_stalls_on_a_missing_chunk(tmp_path):
+    p = player(tmp_path, gap_ms=150)
+    # chunk 1 of "a" never comes; neither does the last chunk of "b"
+    inputs = [chunk("a", 0), chunk("a", 2), chunk("a", 3, True), chunk("b", 0)]
+    out = run_actor(p, inputs, src="tts", ticks=40, tick_sleep_s=0.02)
+    p.close()
+    events = [(m.utt, m.event, m.complete) for m in out if isinstance(m, PlaybackEvent)]
+    assert ("a", "finished", False) in events and ("b", "finished", False) in events
+    assert p.counters["missing_chunks"] == 1 and p.counters["incomplete_utterances"] == 1
+    # chunks arriving after their utterance was given up are counted, not played
+    run_actor(p, [chunk("b", 1, True)], src="tts", loaded=True)
+    assert p.counters["late_chunks"] == 1
+
+
+def test_player_skips_an_utterance_with_no_audio(tmp_path):
+    p = player(tmp_path)
+    out = run_actor(p, [chunk("empty", 0, True)], src="tts", ticks=2)
+    p.close()
+    assert [(m.utt, m.event) for m in out if isinstance(m, PlaybackEvent)] == \
+        [("empty", "skipped")]
