@@ -151,7 +151,7 @@ def cmd_replay(args) -> int:
     """Publish a recording again."""
     from tools.tap import replay
 
-    return replay(_tap_topology(args), Path(args.file), args.fast)
+    return replay(_tap_topology(args), Path(args.file), args.fast, args.topic)
 
 
 def _tap_topology(args):
@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     sp.add_argument("file")
     sp.add_argument("--fast", action="store_true", help="no pauses between messages")
+    sp.add_argument("--topic", default="", help="only messages with this topic prefix")
     sp.set_defaults(fn=cmd_replay)
 
     sp = sub.add_parser("devices", help="list audio input and output devices")

@@ -135,8 +135,12 @@ def read_recording(path: Path):
             raise ValueError(f"{path}: {exc}") from None
 
 
-def replay(topology: Topology, path: Path, fast: bool) -> int:
-    """Publish a recording again, each message from its original sender's endpoint."""
+def replay(topology: Topology, path: Path, fast: bool, topic: str = "") -> int:
+    """Publish a recording again, each message from its original sender's endpoint.
+
+    Only messages whose topic starts with `topic` are published, so a recording of the
+    whole bus can drive one live actor (e.g. `--topic transcript` into a running mt).
+    """
     if not path.exists():
         print(f"voxweft replay: {path} not found", file=sys.stderr)
         return 2
@@ -146,6 +150,8 @@ def replay(topology: Topology, path: Path, fast: bool) -> int:
     try:
         items = []
         for recv, frames in read_recording(path):
+            if not frames[0].startswith(topic.encode()):
+                continue
             try:
                 items.append((recv, frames, decode(frames).src))
             except ProtocolError:

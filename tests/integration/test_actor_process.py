@@ -9,56 +9,14 @@ import time
 
 import msgpack
 import pytest
-import zmq
 
 from deploy.topology import load
-from protocol import sockets
-from protocol.codec import MAX_PAYLOAD_BYTES, decode, encode
-from protocol.messages import Status, Transcript, Translation, stamp
-from tests.conftest import ROOT, corpus_clips, local_topology, write_session
+from protocol.codec import MAX_PAYLOAD_BYTES
+from protocol.messages import Status, Transcript, Translation
+from tests.conftest import ROOT
+from tests.integration.conftest import FakeUpstream, start_actor
 
 pytestmark = pytest.mark.timeout(300)
-
-
-class FakeUpstream:
-    """Plays the upstream actor: binds its PUB endpoint; listens to the actor under test."""
-
-    def __init__(self, topology, upstream: str, actor: str) -> None:
-        self.ctx = zmq.Context()
-        self.pub = sockets.pub(self.ctx, topology.pub_bind(upstream))
-        self.sub = sockets.sub(self.ctx, [topology.pub_connect(actor)], [b""])
-        self.upstream = upstream
-        self.seq = 0
-
-    def send(self, msg) -> None:
-        self.seq += 1
-        self.pub.send_multipart(encode(stamp(msg, src=self.upstream, epoch=1, seq=self.seq)))
-
-    def receive(self, kind, timeout_s: float, where=lambda m: True):
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            if self.sub.poll(int(left * 1000)):
-                msg = decode(self.sub.recv_multipart())
-                if isinstance(msg, kind) and where(msg):
-                    return msg
-        return None
-
-    def close(self) -> None:
-        self.pub.close(0)
-        self.sub.close(0)
-        self.ctx.term()
-
-
-@pytest.fixture
-def topology_path(short_tmp):
-    session = short_tmp / "in.wav"
-    write_session(session, corpus_clips()[:1])
-    return local_topology(short_tmp, session, short_tmp / "out.wav")
-
-
-def start_actor(topology_path, actor: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "actors", "--topology", str(topology_path),
-                             "--actor", actor], cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
 def stop_within(proc: subprocess.Popen, seconds: float) -> float:
