@@ -119,3 +119,57 @@ def test_up_names_the_actor_that_cannot_start(short_tmp):
         assert "failed" in up.stderr and "simulated missing model" in up.stderr, up.stderr
     finally:
         voxweft("down", "--run-dir", str(run_dir))
+
+
+def test_two_hosts_split_pipeline(short_tmp):
+    """Two supervisord instances, one per "host" (127.0.0.1 and 127.0.0.2 are both loopback
+    on Linux): ASR side and TTS side, as on two Macs. Speech in, Portuguese speech out."""
+    import tomllib
+
+    import zmq
+
+    from deploy.topology import parse
+    from protocol import sockets
+    from protocol.codec import decode
+    from protocol.messages import PlaybackEvent, Translation
+
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[3:4])
+    raw = tomllib.loads(local_topology(short_tmp, session, short_tmp / "out.wav").read_text())
+    raw["hosts"] = {"m2": {"address": "127.0.0.1", "bind": "127.0.0.1"},
+                    "ultra": {"address": "127.0.0.2", "bind": "127.0.0.2"}}
+    for name in raw["actors"]:
+        raw["actors"][name]["host"] = "ultra" if name in ("mt", "tts") else "m2"
+    topology = parse(raw, "two.toml")
+    path = short_tmp / "two.toml"
+    path.write_text(topology.dumps())
+    assert topology.pub_connect("tts").startswith("tcp://127.0.0.2:")
+
+    ctx = zmq.Context()
+    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in topology.actors],
+                      [b"translation.", b"playback."])
+    dirs = {host: short_tmp / f"run-{host}" for host in ("ultra", "m2")}
+    try:
+        for host, run_dir in dirs.items():
+            up = voxweft("up", "--topology", str(path), "--host", host, "--run-dir",
+                         str(run_dir))
+            assert up.returncode == 0, up.stdout + up.stderr
+        assert set(Supervisor(dirs["m2"]).processes()) == {"capture", "segmenter", "asr",
+                                                           "player"}
+        assert set(Supervisor(dirs["ultra"]).processes()) == {"mt", "tts"}
+        seen = {}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "finished" not in seen:
+            if sub.poll(500):
+                msg = decode(sub.recv_multipart())
+                if isinstance(msg, Translation):
+                    seen["translation"] = msg.text
+                elif isinstance(msg, PlaybackEvent):
+                    seen[msg.event] = msg
+        assert "nunca" in seen.get("translation", "").lower(), seen
+        assert seen["finished"].duration_s > 0.5
+    finally:
+        sub.close(0)
+        ctx.term()
+        for run_dir in dirs.values():
+            voxweft("down", "--run-dir", str(run_dir))
