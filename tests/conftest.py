@@ -20,8 +20,9 @@ VOXWEFT = [sys.executable, "-m", "tools.cli"]
 def corpus_clips() -> list[Path]:
     """The LJ Speech WAV files (each with a .txt reference)."""
     clips = sorted(CORPUS.glob("*.wav"))
-    if not clips:
-        pytest.skip(f"corpus not found at {CORPUS}")
+    if not clips:   # a missing corpus must fail loudly, not skip the tests that need it
+        pytest.fail(f"LJ Speech corpus not found at {CORPUS}: the tests expect the shared/ "
+                    "folder beside the project checkout")
     return clips
 
 
