@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import queue
 import time
 from collections.abc import Iterator
@@ -140,6 +141,7 @@ class CaptureActor(Actor):
         self.sent_samples = 0
         self.wait_since = time.monotonic()
         self.eos_sent = False
+        self.ready_frames: collections.deque[np.ndarray] = collections.deque()   # read, unsent
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """A file source listens to every actor's status to start when all are ready."""
@@ -195,12 +197,17 @@ class CaptureActor(Actor):
         speed = self.config.fast_speed if self.config.fast else 1.0
         due_s = (time.monotonic() - self.started_at) * speed
         budget = 200   # frames per tick: keeps heartbeats and inputs flowing in fast mode
-        while budget > 0 and not self.source.ended and \
-                (self.sent_samples + self.frame_samples) / PIPELINE_RATE <= due_s:
-            frames = self.source.read()
-            budget -= len(frames)
-            yield from self._frames(frames, None)
-        if self.source.ended:
+        while budget > 0:
+            if not self.ready_frames:
+                self.ready_frames.extend(self.source.read())
+                if not self.ready_frames:
+                    break
+            # A frame goes out once its last sample is due, as from a real microphone.
+            if (self.sent_samples + len(self.ready_frames[0])) / PIPELINE_RATE > due_s:
+                break
+            budget -= 1
+            yield from self._frames([self.ready_frames.popleft()], None)
+        if self.source.ended and not self.ready_frames:
             self.eos_sent = True
             yield EndOfStream(media_s=self.sent_samples / PIPELINE_RATE)
             self.log.info("capture: end of file after %.2f s of audio",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -159,3 +161,25 @@ def test_player_skips_an_utterance_with_no_audio(tmp_path):
     p.close()
     assert [(m.utt, m.event) for m in out if isinstance(m, PlaybackEvent)] == \
         [("empty", "skipped")]
+
+
+def test_capture_real_time_never_sends_audio_before_it_is_spoken(tmp_path):
+    # A file read in 0.5 s blocks must still leave capture one 20 ms frame at a time, each
+    # once its last sample is due, as from a microphone.
+    path = tmp_path / "in.wav"
+    sf.write(path, np.zeros(32000, np.float32), 16000)
+    topo = topology(capture={"source": "file", "path": str(path)})
+    cap = CaptureActor(topo, topo.actors["capture"])
+    cap.config.wait_ready_s = 0.0   # start at once
+    cap.epoch = 1
+    cap.load()
+    t0 = time.monotonic()
+    sent = 0
+    while time.monotonic() - t0 < 0.3:
+        for msg in cap.tick():
+            assert isinstance(msg, AudioFrame)
+            elapsed = time.monotonic() - cap.started_at
+            assert msg.media_s + 0.02 <= elapsed + 1e-3, "frame sent before it was spoken"
+            sent += 1
+        time.sleep(0.005)
+    assert 5 <= sent <= 16
