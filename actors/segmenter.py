@@ -71,9 +71,16 @@ class SegmenterActor(Actor):
         self.ids.clear()
 
     def _wall_ns(self, sample: int) -> int:
+        """Wall time a sample was captured.
+
+        Its frame's time plus the offset in the frame, never later than the next frame's
+        capture (in --fast mode frames come faster than real time).
+        """
+        later = now_ns()
         for first, wall in reversed(self.frame_times):
             if first <= sample:
-                return wall + int((sample - first) * 1e9 / RATE)
+                return min(wall + int((sample - first) * 1e9 / RATE), later)
+            later = wall
         return self.frame_times[0][1] if self.frame_times else now_ns()
 
     def _utt_id(self, index: int, close: bool = False) -> str:

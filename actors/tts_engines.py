@@ -316,7 +316,7 @@ class KokoroEngine(TtsEngine):
         "speed": "number 0.5..2.0, default 1.0",
         "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
         "max_clause_chars": "int 20..500, longest clause per model run, default 120",
-        "first_chunk_chars": "int 10..500, longest first chunk (latency knob), default 40",
+        "first_chunk_chars": "int 10..500, longest first chunk (latency knob), default 25",
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -325,7 +325,7 @@ class KokoroEngine(TtsEngine):
         self.max_clause_chars = int(_number("max_clause_chars",
                                             settings.get("max_clause_chars", 120), 20, 500, True))
         self.first_chunk_chars = int(_number("first_chunk_chars",
-                                             settings.get("first_chunk_chars", 40), 10, 500, True))
+                                             settings.get("first_chunk_chars", 25), 10, 500, True))
         self.voice = settings.get("voice", "jm_kumo")
         if self.voice not in _KOKORO_VOICES:
             raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")

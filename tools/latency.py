@@ -10,10 +10,10 @@ STAGES = (
     ("hop_segmenter_asr", "segment", "asr.recv"),    # includes waiting in the segment queue
     ("asr_wait", "asr.recv", "asr.start"),
     ("asr", "asr.start", "asr.end"),
-    ("hop_asr_mt", "asr.end", "mt.recv"),
+    ("hop_asr_mt", "asr.end", "mt.recv"),            # a hop counts queueing behind earlier work
     ("mt_wait", "mt.recv", "mt.start"),
     ("mt", "mt.start", "mt.end"),
-    ("hop_mt_tts", "mt.end", "tts.recv"),
+    ("hop_mt_tts", "mt.end", "tts.recv"),            # includes TTS busy with the previous one
     ("tts_wait", "tts.recv", "tts.start"),
     ("tts_first_chunk", "tts.start", "tts.first"),
     ("hop_tts_player", "tts.first", "play.recv"),
