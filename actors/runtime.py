@@ -316,14 +316,15 @@ class Runtime:
                 raise StartupError("VOXWEFT_FAULT fail_load: simulated missing model")
             actor.load()
             actor.warmup()
+        except Exception as exc:  # noqa: BLE001 - a failed load is one clear line, no traceback
+            log.error("%s: cannot start: %s", actor.name, exc)
+            code = EXIT_CONFIG
+        else:
             log.info("%s: ready (engine %s) after %.1f s", actor.name, actor.engine_name() or
                      "-", time.monotonic() - t0)
             if not self.stop.is_set():
                 self.state = "ready"
             self._loop(inputs)
-        except StartupError as exc:
-            log.error("%s: cannot start: %s", actor.name, exc)
-            code = EXIT_CONFIG
         finally:
             self.state = "stopping"
             self.stop.set()

@@ -13,7 +13,7 @@ import pytest
 from deploy.topology import load
 from protocol.codec import MAX_PAYLOAD_BYTES
 from protocol.messages import Status, Transcript, Translation
-from tests.conftest import ROOT
+from tests.conftest import ROOT, corpus_clips
 from tests.integration.conftest import FakeUpstream, start_actor
 
 pytestmark = pytest.mark.timeout(300)
@@ -124,3 +124,18 @@ def test_bad_config_exits_with_one_clear_line(short_tmp):
     assert proc.returncode == 78
     lines = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert len(lines) == 1 and "faster-wisper" in lines[0] and "faster-whisper" in lines[0]
+
+
+def test_missing_microphone_exits_with_one_clear_line(short_tmp):
+    from tests.conftest import local_topology, write_session
+
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[:1])
+    path = local_topology(short_tmp, session, short_tmp / "out.wav",
+                          {"actors": {"capture": {"source": "microphone", "device": "USB Mic"}}})
+    proc = subprocess.run([sys.executable, "-m", "actors", "--topology", str(path), "--actor",
+                           "capture"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "'USB Mic' not found" in errors[0], proc.stderr
+    assert "voxweft devices" in errors[0]
