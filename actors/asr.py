@@ -173,7 +173,7 @@ class AsrActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = ENGINES[config.engine](**{"threads": config.threads, **config.settings})
+        self.engine = ENGINES[config.engine](**config.engine_settings())
 
     def pulls(self) -> bool:
         """ASR is a worker of the segment queue."""

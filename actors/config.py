@@ -85,6 +85,10 @@ class EngineConfig(ActorConfig):
     engine: str = ""
     settings: dict = field(default_factory=dict)
 
+    def engine_settings(self) -> dict:
+        """Settings for the engine's constructor: the actor's thread budget, then its own."""
+        return {"threads": self.threads, **self.settings}
+
 
 @dataclass
 class PlayerConfig(ActorConfig):

@@ -74,7 +74,7 @@ class MtActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = ENGINES[config.engine](**{"threads": config.threads, **config.settings})
+        self.engine = ENGINES[config.engine](**config.engine_settings())
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """ASR's transcripts."""

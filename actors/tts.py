@@ -18,7 +18,7 @@ class TtsActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = ENGINES[config.engine](**{"threads": config.threads, **config.settings})
+        self.engine = ENGINES[config.engine](**config.engine_settings())
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """MT's translations."""

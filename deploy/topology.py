@@ -146,7 +146,7 @@ def check_engine(name: str, config: EngineConfig, where: str):
         raise TopologyError(f"{where}.engine = {config.engine!r} is not one of: "
                             f"{', '.join(registry)}")
     try:
-        engine = registry[config.engine](**{"threads": config.threads, **config.settings})
+        engine = registry[config.engine](**config.engine_settings())
     except (ValueError, TypeError) as exc:
         raise TopologyError(f"{where}.settings: {exc}") from None
     if name == "mt":
