@@ -97,6 +97,14 @@ def test_up_status_kill_each_actor_down(running):
     finally:
         watcher.close()
 
+    old = sup.processes()["mt"]["pid"]
+    restart = voxweft("restart", "mt", "--run-dir", str(run_dir))
+    assert restart.returncode == 0, restart.stderr
+    assert sup.processes()["mt"]["pid"] != old
+    wait_for(lambda: sup.processes()["mt"]["statename"] == "RUNNING", 30, "mt running again")
+    logs = voxweft("logs", "mt", "--run-dir", str(run_dir))
+    assert logs.returncode == 0 and "mt: starting" in logs.stdout and "got SIGTERM" in logs.stdout
+
     pids = [p["pid"] for p in sup.processes().values()]
     down = voxweft("down", "--run-dir", str(run_dir))
     assert down.returncode == 0, down.stderr
