@@ -79,6 +79,10 @@ def cmd_up(args) -> int:
         return 1
     print(f"voxweft: all {len(actors)} actors ready in {time.monotonic() - t0:.1f} s")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
+    if args.watch:
+        from tools.watch import watch
+
+        return watch(topology, run_dir / "transcript.live.jsonl")
     return 0
 
 
@@ -140,6 +144,41 @@ def cmd_interpret(args) -> int:
                      timeout_s=args.timeout)
 
 
+def cmd_watch(args) -> int:
+    """Live console view and rolling transcript of a running pipeline."""
+    from tools.watch import watch
+
+    sup, topology = _supervisor(args)
+    path = Path(args.transcript) if args.transcript else sup.run_dir / "transcript.live.jsonl"
+    return watch(topology, path, args.duration)
+
+
+def cmd_demo(args) -> int:
+    """Interpret the bundled sample, then play the translation if a speaker exists."""
+    from tools.interpret import interpret
+
+    sample = Path(__file__).resolve().with_name("samples") / "demo-en.wav"
+    out = Path(args.out)
+    code = interpret(topo_mod.load(args.topology), sample, out, "en", "pt", fast=args.fast)
+    if code or args.no_play:
+        return code
+    from actors.devices import open_sounddevice
+
+    try:
+        sd = open_sounddevice("demo")
+        sd.query_devices(kind="output")
+    except Exception as exc:  # noqa: BLE001 - StartupError, PortAudioError, ValueError
+        print(f"voxweft demo: no output device ({exc}); listen to {out / 'output.wav'}")
+        return 0
+    import soundfile as sf
+
+    audio, rate = sf.read(out / "output.wav", dtype="float32")
+    print(f"voxweft demo: playing {out / 'output.wav'} ({len(audio) / rate:.1f} s)")
+    sd.play(audio, rate)
+    sd.wait()
+    return 0
+
+
 def cmd_tap(args) -> int:
     """Print (and optionally record) every message on the bus."""
     from tools.tap import tap
@@ -195,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("up", help="start this host's actors; return when all are ready")
     common(sp)
     sp.add_argument("--timeout", type=float, default=300, help="seconds to wait for ready")
+    sp.add_argument("--watch", action="store_true",
+                    help="then show each utterance and its translation (Ctrl-C to leave)")
     sp.set_defaults(fn=cmd_up)
     for name, fn, text in (("down", cmd_down, "stop everything"),
                            ("status", cmd_status, "supervisor and bus state per actor")):
@@ -220,6 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--fast", action="store_true", help="do not pace the file in real time")
     sp.add_argument("--timeout", type=float, default=3600)
     sp.set_defaults(fn=cmd_interpret)
+
+    sp = sub.add_parser("demo", help="interpret the bundled English sample into Portuguese")
+    common(sp, run=False)
+    sp.add_argument("--out", default="demo-out")
+    sp.add_argument("--fast", action="store_true")
+    sp.add_argument("--no-play", action="store_true", help="do not play the result")
+    sp.set_defaults(fn=cmd_demo)
+
+    sp = sub.add_parser("watch", help="live view: source | translation, rolling transcript")
+    common(sp)
+    sp.add_argument("--transcript", help="rolling JSONL file (default: in the run directory)")
+    sp.add_argument("--duration", type=float, help="stop after S seconds")
+    sp.set_defaults(fn=cmd_watch)
 
     sp = sub.add_parser("tap", help="print every message on the bus (subscribe only)")
     common(sp)

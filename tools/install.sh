@@ -34,6 +34,5 @@ echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activat
 
 if [ "${1:-}" != "--no-demo" ]; then
   echo "demo: interpreting tools/samples/demo-en.wav (English) into Portuguese..."
-  .venv/bin/voxweft interpret --input tools/samples/demo-en.wav --out demo-out --src en --tgt pt
-  echo "demo: listen to demo-out/output.wav; transcripts and latencies are in demo-out/"
+  .venv/bin/voxweft demo --out demo-out
 fi

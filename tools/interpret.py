@@ -18,6 +18,7 @@ from protocol import sockets
 from protocol.codec import ProtocolError, decode
 from protocol.messages import EndOfStream, PlaybackEvent, Transcript, Translation, VadEvent
 from tools.latency import summarize, utterance_latency
+from tools.subtitles import write_subtitles
 
 WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos."]
 
@@ -49,6 +50,12 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
         "hosts": {"_interpret": {"address": "127.0.0.1", "bind": "127.0.0.1"}},
         "actors": actors,
     })
+
+
+def vars_of(msg) -> dict:
+    """The text and media times of a transcript or translation."""
+    return {"text": msg.text, "media_start_s": msg.media_start_s,
+            "media_end_s": msg.media_end_s}
 
 
 class Collector:
@@ -85,8 +92,8 @@ class Collector:
         return (self.eos is not None and len(self.committed) >= self.eos.utterances
                 and all(u in self.ended for u in self.committed))
 
-    def write(self, out_dir: Path, fast: bool) -> dict:
-        """transcript.jsonl, translation.jsonl and latency.json."""
+    def write(self, out_dir: Path, fast: bool, src: str, tgt: str) -> dict:
+        """transcript.jsonl, translation.jsonl, subtitles and latency.json."""
         with open(out_dir / "transcript.jsonl", "w", encoding="utf-8") as f:
             for utt in self.committed:
                 t = self.transcripts.get(utt)
@@ -105,6 +112,11 @@ class Collector:
                                         "media_start_s": round(t.media_start_s, 3),
                                         "media_end_s": round(t.media_end_s, 3)},
                                        ensure_ascii=False) + "\n")
+        # Both subtitle files follow the input's timeline: they subtitle the original media.
+        write_subtitles(out_dir, src, [vars_of(self.transcripts[u]) for u in self.committed
+                                       if u in self.transcripts])
+        write_subtitles(out_dir, tgt, [vars_of(self.translations[u]) for u in self.committed
+                                       if u in self.translations])
         rows = []
         for utt in self.committed:
             ev = self.started.get(utt) or self.ended.get(utt)
@@ -175,7 +187,7 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
             print(f"voxweft: {exc}", file=sys.stderr)
         shutil.copytree(run_dir / "logs", out_dir / "logs", dirs_exist_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
-    report = collected.write(out_dir, fast)
+    report = collected.write(out_dir, fast, src, tgt)
     if code:
         print(f"voxweft interpret: failed: {reason} (logs in {out_dir / 'logs'})",
               file=sys.stderr)

@@ -60,6 +60,12 @@ def check_outputs(out, references):
     assert len(audio) / rate > 0.5 * len(references)
     assert np.sqrt(np.mean(audio ** 2)) > 0.01, "output.wav is silent"
 
+    for lang in ("en", "pt"):
+        srt = (out / f"subtitles.{lang}.srt").read_text(encoding="utf-8")
+        assert srt.count(" --> ") >= len(references)
+        assert (out / f"subtitles.{lang}.vtt").read_text().startswith("WEBVTT")
+    assert translations[0]["text"].split()[0] in (out / "subtitles.pt.srt").read_text()
+
     latency = json.loads((out / "latency.json").read_text())
     rows = latency["utterances"]
     assert [r["utt"] for r in rows] == [t["utt"] for t in transcripts]

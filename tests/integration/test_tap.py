@@ -56,3 +56,34 @@ def test_tap_records_and_replay_drives_a_live_actor(topology_path, short_tmp):
         listener.close()
         mt.terminate()
         mt.wait(10)
+
+
+def test_watch_prints_source_and_translation_and_keeps_a_rolling_file(topology_path, short_tmp):
+    import io
+    import threading
+
+    from tools.watch import watch
+
+    topology = load(topology_path)
+    mt = start_actor(topology_path, "mt")
+    bus = FakeUpstream(topology, "asr", "mt")
+    screen = io.StringIO()
+    rolling = short_tmp / "live.jsonl"
+    viewer = threading.Thread(target=watch, args=(topology, rolling, 10.0, screen))
+    viewer.start()
+    try:
+        got = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and got is None:
+            bus.send(Transcript(utt="w1", src_lang="en", text="Good morning."))
+            got = bus.receive(Translation, 1.0)
+        assert got is not None
+        viewer.join(15)
+        lines = screen.getvalue().splitlines()
+        assert any(line.startswith("Good morning.") and "| Bom dia" in line for line in lines)
+        rows = [json.loads(line) for line in rolling.read_text().splitlines()]
+        assert rows and rows[0]["source_text"] == "Good morning." and rows[0]["tgt_lang"] == "pt"
+    finally:
+        bus.close()
+        mt.terminate()
+        mt.wait(10)

@@ -1,0 +1,70 @@
+"""`voxweft watch`: the live console view and a rolling transcript file.
+
+One line per utterance, source and translation side by side, read from the bus (subscribe
+only, like the tap).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import zmq
+
+from deploy.topology import Topology
+from protocol import sockets
+from protocol.codec import ProtocolError, decode
+from protocol.messages import Transcript, Translation
+
+
+def side_by_side(source: str, target: str, width: int) -> str:
+    """One console line: source | translation, each cut to half the terminal."""
+    half = max(20, (width - 3) // 2)
+
+    def fit(text: str) -> str:
+        return text if len(text) <= half else text[:half - 1] + "…"
+
+    return f"{fit(source):<{half}} | {fit(target)}"
+
+
+def watch(topology: Topology, transcript_path: Path, duration_s: float | None = None,
+          out=sys.stdout) -> int:
+    """Print each utterance as it is translated; append it to `transcript_path` (JSONL)."""
+    ctx = zmq.Context()
+    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in ("asr", "mt")],
+                      [b"transcript.", b"translation."])
+    sources: dict[str, Transcript] = {}
+    width = shutil.get_terminal_size((120, 20)).columns
+    deadline = time.monotonic() + duration_s if duration_s else None
+    transcript_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"voxweft watch: rolling transcript in {transcript_path}", file=sys.stderr)
+    try:
+        with open(transcript_path, "a", encoding="utf-8") as rolling:
+            while deadline is None or time.monotonic() < deadline:
+                if not sub.poll(250):
+                    continue
+                try:
+                    msg = decode(sub.recv_multipart())
+                except ProtocolError:
+                    continue
+                if isinstance(msg, Transcript) and msg.final:
+                    sources[msg.utt] = msg
+                elif isinstance(msg, Translation):
+                    sources.pop(msg.utt, None)
+                    print(side_by_side(msg.source_text, msg.text, width), file=out, flush=True)
+                    rolling.write(json.dumps({
+                        "utt": msg.utt, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "src_lang": msg.src_lang, "source_text": msg.source_text,
+                        "tgt_lang": msg.tgt_lang, "text": msg.text,
+                        "media_start_s": round(msg.media_start_s, 3),
+                        "media_end_s": round(msg.media_end_s, 3)}, ensure_ascii=False) + "\n")
+                    rolling.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sub.close(0)
+        ctx.term()
+    return 0
