@@ -48,6 +48,7 @@ class CaptureConfig(ActorConfig):
     device: str = ""             # microphone name or index; "" = system default
     frame_ms: int = 20
     wait_ready_s: float = 600.0  # file: wait this long for the pipeline to be ready, then start
+    queue_ms: int = 2000         # microphone: audio held for a busy actor loop before dropping
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""
@@ -57,6 +58,7 @@ class CaptureConfig(ActorConfig):
             raise ValueError("path must name an audio file when source = 'file'")
         _range("frame_ms", self.frame_ms, 10, 100)
         _range("fast_speed", self.fast_speed, 1.0, 1000.0)
+        _range("queue_ms", self.queue_ms, 20, 60000)
 
 
 @dataclass
@@ -71,11 +73,17 @@ class SegmenterActorConfig(ActorConfig):
     pre_roll_ms: int = 200
     post_roll_ms: int = 100
     max_segment_s: float = 15.0
+    # Echo: "gate" ignores what the microphone hears while the player is playing (and for
+    # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
+    echo_mode: str = "gate"
+    echo_tail_ms: int = 300
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""
         super().validate()
         _range("push_port", self.push_port, 1, 65535)
+        _choice("echo_mode", self.echo_mode, ("gate", "off"))
+        _range("echo_tail_ms", self.echo_tail_ms, 0, 5000)
 
 
 @dataclass
@@ -99,6 +107,8 @@ class PlayerConfig(ActorConfig):
     device: str = ""             # output device name or index; "" = system default
     sample_rate: int = 24000     # WAV sink rate; chunks at other rates are resampled
     gap_timeout_ms: int = 2000   # give up waiting for a missing chunk after this long
+    jitter_ms: int = 60          # device: start (or resume after an underrun) with this much
+    device_retry_ms: int = 1000  # device: after losing the device, try to reopen this often
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""
@@ -108,6 +118,8 @@ class PlayerConfig(ActorConfig):
             raise ValueError("path must name the output WAV file when sink = 'wav'")
         _range("sample_rate", self.sample_rate, 8000, 192000)
         _range("gap_timeout_ms", self.gap_timeout_ms, 100, 60000)
+        _range("jitter_ms", self.jitter_ms, 0, 2000)
+        _range("device_retry_ms", self.device_retry_ms, 100, 60000)
 
 
 CONFIG_TYPES: dict[str, type[ActorConfig]] = {

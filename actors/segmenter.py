@@ -16,9 +16,19 @@ from actors.vad import (
     UtteranceEnded,
     UtteranceSegmenter,
 )
-from protocol.messages import AudioFrame, EndOfStream, Message, Segment, VadEvent, now_ns
+from protocol.messages import (
+    AudioFrame,
+    EndOfStream,
+    Message,
+    PlaybackEvent,
+    Segment,
+    VadEvent,
+    now_ns,
+    trace_ns,
+)
 
 RATE = 16000
+STUCK_PLAYBACK_NS = 120 * 10**9   # a "started" with no "finished" (player died) stops gating
 
 
 class SegmenterActor(Actor):
@@ -42,12 +52,22 @@ class SegmenterActor(Actor):
         self.utterances = 0      # committed utterances in this process
         self.ids: dict[int, str] = {}   # segmenter index -> utterance id (never reused)
         self.next_id = 0
+        # Echo gate: utterance -> [wall ns its audio started to be heard, ns it ended or None].
+        self.playback: dict[str, list] = {}
+        self.player_epoch: int | None = None
         # (first sample, capture wall ns) of recent frames, to map sample -> wall time.
         self.frame_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=4000)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
-        """Capture's frames, end of stream and heartbeat (proves our subscription is live)."""
-        return [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
+        """Capture's frames, end of stream and heartbeat; the player's playback events.
+
+        The heartbeat proves our subscription is live (the file source waits for it); the
+        playback events drive the echo gate.
+        """
+        subs = [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
+        if self.config.echo_mode == "gate":
+            subs.append(("player", b"playback."))
+        return subs
 
     def engine_name(self) -> str:
         """The VAD in use."""
@@ -91,8 +111,35 @@ class SegmenterActor(Actor):
             self.next_id += 1
         return self.ids.pop(index) if close else self.ids[index]
 
+    def _on_playback(self, msg: PlaybackEvent) -> None:
+        if msg.epoch != self.player_epoch:   # the player restarted: its old events are void
+            self.playback.clear()
+            self.player_epoch = msg.epoch
+        if msg.event == "started":
+            self.playback[msg.utt] = [trace_ns(msg.trace, "play.start") or msg.sent_ns, None]
+        elif msg.utt in self.playback:
+            self.playback[msg.utt][1] = trace_ns(msg.trace, "play.end") or msg.sent_ns
+        # Forget intervals the audio stream has left behind (by capture time, not by this
+        # process's clock: the segmenter may lag behind capture).
+        now = self.frame_times[-1][1] if self.frame_times else now_ns()
+        tail = self.config.echo_tail_ms * 10**6
+        for utt, (start, end) in list(self.playback.items()):
+            if (end is not None and end + tail < now - 10**9) or \
+                    (end is None and now - start > STUCK_PLAYBACK_NS):
+                del self.playback[utt]
+
+    def _echo(self, capture_ns: int) -> bool:
+        """True when the microphone may be hearing our own loudspeaker at `capture_ns`."""
+        tail = self.config.echo_tail_ms * 10**6
+        return any(start <= capture_ns and (end is None or capture_ns < end + tail)
+                   for start, end in self.playback.values())
+
     def handle(self, msg: Message) -> Iterator[Message]:
         """Feed frames to the VAD; turn its events into messages."""
+        if isinstance(msg, PlaybackEvent):
+            if self.config.echo_mode == "gate":
+                self._on_playback(msg)
+            return
         if isinstance(msg, EndOfStream):
             yield from self._events(self.segmenter.flush())
             self._reset()
@@ -115,6 +162,11 @@ class SegmenterActor(Actor):
             return
         if pcm.dtype != np.float32:
             pcm = pcm.astype(np.float32) / 32768.0
+        if self.playback and self._echo(msg.capture_ns):
+            # The VAD hears silence instead: an utterance open when playback began closes
+            # after the hangover with what was said before; the echo never opens one.
+            self.counters["echo_gated_frames"] += 1
+            pcm = np.zeros_like(pcm)
         first = round(msg.media_s * RATE)
         if first > self.next_sample:
             # Frames were lost upstream: keep media time true by filling with silence.

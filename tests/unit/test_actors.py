@@ -31,8 +31,10 @@ def topology(**overrides):
 
 
 def frames_of(audio: np.ndarray, frame: int = 320):
+    """Frames as captured in real time, ending now."""
+    base = time.time_ns() - len(audio) * 62_500
     return [AudioFrame(sample_rate=16000, pcm=audio[i:i + frame], media_s=i / 16000,
-                       capture_ns=1_000_000_000 + i * 62_500)
+                       capture_ns=base + i * 62_500)
             for i in range(0, len(audio), frame)]
 
 
@@ -183,3 +185,38 @@ def test_capture_real_time_never_sends_audio_before_it_is_spoken(tmp_path):
             sent += 1
         time.sleep(0.005)
     assert 5 <= sent <= 16
+
+
+def test_echo_gate_ignores_what_is_heard_while_the_player_plays():
+    from protocol.messages import PlaybackEvent
+
+    speech = read_16k(corpus_clips()[0])
+    silence = np.zeros(16000, np.float32)
+    stream = np.concatenate([silence, speech, silence, speech, silence, speech, silence])
+    frames = frames_of(stream)
+    clip = len(speech) + 16000
+    # The player "plays" while the second copy of the speech is heard: that copy is echo.
+    t_ns = [f.capture_ns for f in frames]
+    start_ns = t_ns[(16000 + clip) // 320] - 200_000_000
+    end_ns = t_ns[(16000 + clip + len(speech)) // 320]
+    started = PlaybackEvent(utt="p1", event="started", src="player", epoch=7,
+                            trace=(("play.start", start_ns, None),))
+    finished = PlaybackEvent(utt="p1", event="finished", src="player", epoch=7,
+                             trace=(("play.end", end_ns, None),))
+    cut = (16000 + clip) // 320
+    inputs = frames[:cut] + [started] + frames[cut:cut + len(speech) // 320] + [finished] + \
+        frames[cut + len(speech) // 320:] + [EndOfStream(media_s=len(stream) / 16000)]
+
+    def run(mode):
+        topo = topology(segmenter={"echo_mode": mode})
+        seg = SegmenterActor(topo, topo.actors["segmenter"])
+        out = run_actor(seg, inputs, src="capture")
+        return [m for m in out if isinstance(m, Segment)], seg
+
+    gated, seg = run("gate")
+    assert len(gated) == 2, [(s.media_start_s, s.media_end_s) for s in gated]
+    assert gated[0].media_end_s < (16000 + clip) / 16000          # the first real speech
+    assert gated[1].media_start_s > (16000 + clip + len(speech)) / 16000   # the last speech
+    assert seg.counters["echo_gated_frames"] > len(speech) // 320
+    ungated, _ = run("off")
+    assert len(ungated) == 3   # without the gate the echo becomes an utterance
