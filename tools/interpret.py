@@ -141,6 +141,17 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
     if not input_path.is_file():
         print(f"voxweft interpret: input {input_path} not found", file=sys.stderr)
         return 2
+    try:   # fail before starting six processes when the file is not audio
+        import soundfile as sf
+
+        info = sf.info(str(input_path))
+    except (RuntimeError, OSError) as exc:
+        print(f"voxweft interpret: cannot read {input_path} as audio ({exc}); give a WAV, "
+              "FLAC, OGG or MP3 file", file=sys.stderr)
+        return 2
+    if info.frames == 0:
+        print(f"voxweft interpret: {input_path} holds no audio", file=sys.stderr)
+        return 2
     out_dir.mkdir(parents=True, exist_ok=True)
     topology = file_topology(base, input_path.resolve(), out_dir.resolve(), src, tgt, fast)
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
@@ -192,9 +203,10 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
         print(f"voxweft interpret: failed: {reason} (logs in {out_dir / 'logs'})",
               file=sys.stderr)
         return code
+    if not collected.committed:
+        print(f"voxweft: no speech found in the input; outputs in {out_dir}", flush=True)
+        return 0
     lat = report["summary"]["speech_end_to_first_audio_s"]
     print(f"voxweft: {len(collected.committed)} utterance(s); end of speech -> first audio "
           f"p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}", flush=True)
-    if not collected.committed:
-        print("voxweft: no speech found in the input", file=sys.stderr)
     return 0

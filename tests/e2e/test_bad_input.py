@@ -1,0 +1,61 @@
+"""Bad input as a new user would bring it: clear errors, no crash loops, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def interpret(*args, timeout=500):
+    return subprocess.run([*VOXWEFT, "interpret", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_text_file_renamed_wav_is_refused_before_anything_starts(tmp_path):
+    fake = tmp_path / "notes.wav"
+    fake.write_text("this is not audio\n" * 50)
+    proc = interpret("--input", str(fake), "--out", str(tmp_path / "out"), timeout=60)
+    assert proc.returncode == 2
+    assert "cannot read" in proc.stderr and "WAV, FLAC" in proc.stderr
+    assert not (tmp_path / "out" / "logs").exists()   # no actor was started
+
+
+def test_missing_input_and_unknown_language_codes(tmp_path):
+    missing = interpret("--input", str(tmp_path / "nope.wav"), "--out", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, np.zeros(1600, np.float32), 16000)
+    for flags, expected in ((["--src", "xx"], "cannot do xx"),
+                            (["--tgt", "de"], "en->pt, pt->en"),
+                            (["--src", "english"], "two-letter")):
+        proc = interpret("--input", str(clip), "--out", str(tmp_path / "o"), *flags, timeout=60)
+        assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_ten_minutes_of_silence_then_speech_at_48k_stereo_float(tmp_path):
+    # 10 minutes of room noise and one sentence at the very end, as 48 kHz float stereo:
+    # the pipeline must not invent utterances from the noise nor lose the sentence.
+    rng = np.random.default_rng(1)
+    speech = read_16k(corpus_clips()[3])
+    import soxr
+
+    speech48 = soxr.resample(speech, 16000, 48000)
+    noise = (rng.standard_normal(48000 * 600) * 0.002).astype(np.float32)
+    mono = np.concatenate([noise, speech48, np.zeros(48000, np.float32)])
+    path = tmp_path / "long.wav"
+    sf.write(path, np.stack([mono, mono], axis=1), 48000, subtype="FLOAT")
+    out = tmp_path / "out"
+    proc = interpret("--input", str(path), "--out", str(out), "--fast")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and "surpassed" in rows[0]["text"].lower(), rows
+    assert rows[0]["media_start_s"] > 599
