@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import time
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from protocol.messages import AudioFrame, EndOfStream, Message, Status
 
 PIPELINE_RATE = 16000
 READ_BLOCK_S = 0.5   # file read granularity: bounded memory for a 30-minute recording
+
+log = logging.getLogger("voxweft.capture")
 
 
 class FrameAssembler:
@@ -78,47 +81,107 @@ class FileSource:
 
 
 class MicrophoneSource:
-    """A PortAudio input stream; the callback only copies into a bounded queue."""
+    """A PortAudio input stream at the device's own rate and channels, as 16 kHz mono frames.
 
-    def __init__(self, device: str, frame_samples: int, counters) -> None:
-        from actors.devices import open_sounddevice, resolve_device
+    The audio callback never blocks: it copies the block into a bounded queue and, when the
+    queue is full (the actor fell behind by more than `queue_ms`), drops the block and
+    counts it (`overflow`, `overflow_ms`). A dropped block becomes silence of the same
+    length when the queue drains again, so media time keeps matching wall time.
+
+    Each frame's `capture_ns` is the wall time of its first sample. It is taken from the
+    callback's time info (`inputBufferAdcTime`: when the block's first sample reached the
+    converter, on the stream clock, shifted to the wall clock by `currentTime`), and only
+    when the host API gives no usable time info, from the callback's arrival time minus the
+    block's duration. Later samples are placed by counting samples from that anchor.
+    """
+
+    def __init__(self, device: str, frame_samples: int, counters,
+                 queue_ms: int = 2000) -> None:
+        from actors.devices import open_device, open_sounddevice, resolve_device
 
         sd = open_sounddevice("capture")
         index, info = resolve_device(sd, device, "input")
         self.rate = int(info["default_samplerate"])
-        self.channels = min(2, int(info["max_input_channels"]))
+        self.channels = max(1, min(2, int(info["max_input_channels"])))
+        self.name = info["name"]
         self.assembler = FrameAssembler(self.rate, frame_samples)
-        self.queue: queue.Queue[tuple[int, np.ndarray]] = queue.Queue(maxsize=500)
+        # Fixed blocks of one pipeline frame's duration: the queue bound is then exact in
+        # milliseconds, and a block's time anchors at most one frame.
+        self.block = max(1, round(self.rate * frame_samples / PIPELINE_RATE))
+        blocks = max(1, round(queue_ms * self.rate / 1000 / self.block))
+        self.queue: queue.Queue[tuple[int, int, np.ndarray]] = queue.Queue(maxsize=blocks)
         self.counters = counters
         self.ended = False
+        self.in_samples = 0        # device-rate samples handed to the assembler
+        self.out_samples = 0       # 16 kHz samples returned as frames
+        self.anchor: tuple[int, int] | None = None   # (in_samples position, wall ns)
+        self.dropped = 0           # samples dropped since the last queued block (callback)
+        self.overflows_seen = 0
+        self.time_source = ""      # "adc" or "arrival": which estimate capture_ns uses
 
         def callback(indata, frames, time_info, status) -> None:
-            # Never block the audio thread: a full queue drops and counts.
+            # Audio thread: no lock, no logging, no allocation beyond one copy.
+            wall = time.time_ns()
+            adc, current = time_info.inputBufferAdcTime, time_info.currentTime
+            lag_s = current - adc
+            if adc > 0 and current > 0 and 0.0 <= lag_s < 1.0:
+                first_ns, source = wall - int(lag_s * 1e9), "adc"
+            else:
+                first_ns, source = wall - int(frames * 1e9 / self.rate), "arrival"
             try:
-                self.queue.put_nowait((time.time_ns(), indata.copy()))
+                self.queue.put_nowait((first_ns, self.dropped, indata.copy()))
+                self.dropped = 0
+                self.time_source = source
             except queue.Full:
+                self.dropped += frames
                 counters["overflow"] += 1
+                counters["overflow_ms"] += frames * 1000 // self.rate
             if status:
                 counters["xruns"] += 1
 
-        self.stream = sd.InputStream(device=index, samplerate=self.rate, channels=self.channels,
-                                     dtype="float32", callback=callback, blocksize=0)
-        self.name = info["name"]
+        self.stream = open_device(sd, "capture", self.name, lambda: sd.InputStream(
+            device=index, samplerate=self.rate, channels=self.channels, dtype="float32",
+            callback=callback, blocksize=self.block))
         self.stream.start()
 
     def describe(self) -> str:
         """One line about the device."""
-        return f"microphone {self.name!r}: {self.rate} Hz, {self.channels} ch"
+        return (f"microphone {self.name!r}: {self.rate} Hz, {self.channels} ch, "
+                f"input latency {self.stream.latency * 1000:.0f} ms")
 
     def read(self) -> list[np.ndarray]:
         """Whatever the callback delivered since the last call, as pipeline frames."""
-        frames = []
+        return [pcm for pcm, _ns in self.read_timed()]
+
+    def read_timed(self) -> list[tuple[np.ndarray, int]]:
+        """Frames with the wall time (ns) of each frame's first sample."""
+        frames: list[tuple[np.ndarray, int]] = []
         while True:
             try:
-                _t, block = self.queue.get_nowait()
+                first_ns, dropped, block = self.queue.get_nowait()
             except queue.Empty:
-                return frames
-            frames.extend(self.assembler.push(block))
+                break
+            if dropped:   # keep the timeline: what was lost is as long as it was
+                frames += self._push(np.zeros((dropped, block.shape[1]), np.float32))
+            self.anchor = (self.in_samples, first_ns)
+            frames += self._push(block)
+        if self.counters["overflow"] != self.overflows_seen:
+            self.overflows_seen = self.counters["overflow"]
+            log.warning("capture: fell behind the microphone; %d block(s) (%d ms) dropped "
+                        "so far", self.overflows_seen, self.counters["overflow_ms"])
+        return frames
+
+    def _push(self, block: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        self.in_samples += len(block)
+        out = []
+        for pcm in self.assembler.push(block):
+            # The frame's first sample, in device samples, measured from the anchor block;
+            # soxr's stream output is aligned with its input (its delay is compensated).
+            position = self.out_samples * self.rate / PIPELINE_RATE
+            anchor_pos, anchor_ns = self.anchor or (0, time.time_ns())
+            out.append((pcm, anchor_ns + int((position - anchor_pos) * 1e9 / self.rate)))
+            self.out_samples += len(pcm)
+        return out
 
     def close(self) -> None:
         """Stop the stream."""
@@ -159,7 +222,7 @@ class CaptureActor(Actor):
             self.source = FileSource(self.config.path, self.frame_samples)
         else:
             self.source = MicrophoneSource(self.config.device, self.frame_samples,
-                                           self.counters)
+                                           self.counters, queue_ms=self.config.queue_ms)
             self.started_at = time.monotonic()
         self.log.info("capture: %s", self.source.describe())
 
@@ -192,7 +255,8 @@ class CaptureActor(Actor):
             self.started_at = time.monotonic()
             self.start_ns = time.time_ns()
         if self.config.source == "microphone":
-            yield from self._frames(self.source.read(), time.time_ns())
+            for pcm, first_ns in self.source.read_timed():
+                yield from self._frames([pcm], first_ns)
             return
         speed = self.config.fast_speed if self.config.fast else 1.0
         due_s = (time.monotonic() - self.started_at) * speed

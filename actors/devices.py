@@ -16,10 +16,34 @@ def open_sounddevice(actor: str):
 
 
 def list_devices(sd) -> list[dict]:
-    """Every device with its index, name, channels and default rate."""
-    return [{"index": i, "name": d["name"], "inputs": d["max_input_channels"],
-             "outputs": d["max_output_channels"], "rate": int(d["default_samplerate"])}
-            for i, d in enumerate(sd.query_devices())]
+    """Every device with its index, name, channels, default rate and host API.
+
+    `name` is exactly what a topology's `device` key takes; `default` says whether ""
+    selects this device ("input", "output", "input, output" or "").
+    """
+    try:
+        default_in, default_out = sd.default.device
+    except (TypeError, ValueError):
+        default_in = default_out = -1
+    apis = [api["name"] for api in sd.query_hostapis()]
+    rows = []
+    for i, d in enumerate(sd.query_devices()):
+        marks = [label for label, index in (("input", default_in), ("output", default_out))
+                 if index == i]
+        rows.append({"index": i, "name": d["name"], "default": ", ".join(marks),
+                     "inputs": d["max_input_channels"], "outputs": d["max_output_channels"],
+                     "rate": int(d["default_samplerate"]),
+                     "hostapi": apis[d["hostapi"]] if d["hostapi"] < len(apis) else ""})
+    return rows
+
+
+def open_device(sd, actor: str, name: str, make):
+    """Call `make()` (which opens a stream); a refusal becomes one line naming the device."""
+    try:
+        return make()
+    except (sd.PortAudioError, ValueError) as exc:
+        raise StartupError(f"{actor}: cannot open audio device {name!r} ({exc}); run "
+                           "`voxweft devices` to list devices") from None
 
 
 def resolve_device(sd, spec: str, kind: str) -> tuple[int | None, dict]:

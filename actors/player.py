@@ -32,8 +32,15 @@ class WavSink:
         self.first_ns: int | None = None
         self.written = 0          # samples in the file
 
-    def write(self, pcm: np.ndarray) -> int:
-        """Queue audio; return the wall time (ns) at which it starts to be heard."""
+    def idle(self) -> bool:
+        """A file never runs dry: it needs no jitter buffer."""
+        return False
+
+    def write(self, pcm: np.ndarray, *, cut: bool = False, end: bool = False) -> int:
+        """Queue audio; return the wall time (ns) at which it starts to be heard.
+
+        `cut` and `end` (see DeviceSink.write) change nothing in a file.
+        """
         now = now_ns()
         if self.first_ns is None:
             self.first_ns = now
@@ -56,61 +63,194 @@ class WavSink:
         self.file.close()
 
 
+FADE_S = 0.005   # fade length where audio would jump: 5 ms is inaudible, a jump is a click
+
+
 class DeviceSink:
-    """A PortAudio output stream fed from a bounded buffer by its callback."""
+    """A PortAudio output stream fed from a buffer by its callback, with true play times.
+
+    * Times: every callback anchors "the first sample of this block is heard at wall time
+      T" from its time info (`outputBufferDacTime - currentTime`, or the stream's reported
+      latency when the host API gives none). A sample's position in the output stream
+      (audio and silence alike, `out_pos`) then gives the wall time it is heard, so
+      `write()` returns when its first sample will really be heard and `busy_until_ns()`
+      when the last queued one will.
+    * No clicks: a continuous stream of chunks is played untouched. Only where the audio
+      would jump, it is faded over 5 ms: out, when the buffer is about to run dry (an
+      underrun or the end of speech) or before a cut (`cut=True`: the new audio does not
+      continue the old); in, for the first audio after such a point.
+    * Underruns: running dry inside audio not marked `end` counts `underruns`.
+    * Loss: if the stream stops by itself (device unplugged, sound server gone), `lost`
+      says why; `reopen()` tries again with a fresh PortAudio device list.
+    """
 
     def __init__(self, device: str, counters) -> None:
-        from actors.devices import open_sounddevice, resolve_device
+        from actors.devices import open_sounddevice
 
-        sd = open_sounddevice("player")
-        index, info = resolve_device(sd, device, "output")
-        self.rate = int(info["default_samplerate"])
-        self.buffer: collections.deque[np.ndarray] = collections.deque()
-        self.queued = 0               # samples waiting in the buffer
-        self.guard = threading.Lock()  # buffer shared with the audio callback; never a model
+        self.sd = open_sounddevice("player")
+        self.spec = device
         self.counters = counters
+        self.buffer: collections.deque[list] = collections.deque()   # [pcm, end] items
+        self.queued = 0               # samples waiting in the buffer
+        self.out_pos = 0              # samples the callback has output, audio and silence
+        self.anchor: tuple[int, int] | None = None   # (out_pos of a block, wall ns heard)
+        self.tail_faded = True        # what is queued ends faded out (or nothing plays)
+        self.playing = False          # the last block ended inside audio
+        self.last_end = True          # the last audio consumed was the end of an utterance
+        self.lost = ""                # why the stream stopped by itself; "" while it runs
+        self.closing = False
+        self.guard = threading.Lock()  # buffer shared with the audio callback; never a model
+        self._open()
 
-        def callback(outdata, frames, time_info, status) -> None:
-            out = outdata[:, 0]
-            filled = 0
-            with self.guard:
-                while filled < frames and self.buffer:
-                    head = self.buffer[0]
-                    take = min(len(head), frames - filled)
-                    out[filled:filled + take] = head[:take]
-                    filled += take
-                    if take == len(head):
-                        self.buffer.popleft()
-                    else:
-                        self.buffer[0] = head[take:]
-                self.queued -= filled
-            out[filled:] = 0.0
-            if outdata.shape[1] > 1:
-                outdata[:, 1:] = outdata[:, :1]
-            if status:
-                counters["xruns"] += 1
+    def _open(self) -> None:
+        from actors.devices import open_device, resolve_device
 
-        self.stream = sd.OutputStream(device=index, samplerate=self.rate,
-                                      channels=min(2, int(info["max_output_channels"])),
-                                      dtype="float32", callback=callback)
+        index, info = resolve_device(self.sd, self.spec, "output")
+        self.name = info["name"]
+        self.rate = int(info["default_samplerate"])
+        self.fade = np.linspace(0.0, 1.0, max(2, int(self.rate * FADE_S)), dtype=np.float32)
+        channels = max(1, min(2, int(info["max_output_channels"])))
+        self.stream = open_device(self.sd, "player", self.name, lambda: self.sd.OutputStream(
+            device=index, samplerate=self.rate, channels=channels, dtype="float32",
+            callback=self._callback, finished_callback=self._finished))
+        self.latency_s = float(self.stream.latency)
+        self.anchor = None
+        self.lost = ""
         self.stream.start()
 
-    def write(self, pcm: np.ndarray) -> int:
-        """Queue audio; return the wall time (ns) at which it starts to be heard."""
+    def describe(self) -> str:
+        """One line about the device."""
+        return (f"output {self.name!r}: {self.rate} Hz, latency {self.latency_s * 1000:.0f} ms")
+
+    # -- audio thread ---------------------------------------------------------------------
+    def _callback(self, outdata, frames, time_info, status) -> None:
+        wall = time.time_ns()
+        dac, current = time_info.outputBufferDacTime, time_info.currentTime
+        delay_s = dac - current if dac > 0 and current > 0 and 0 <= dac - current < 2 \
+            else self.latency_s
+        out = outdata[:, 0]
+        filled = 0
         with self.guard:
-            start_ns = now_ns() + int(self.queued * 1e9 / self.rate)
-            self.buffer.append(pcm.astype(np.float32))
-            self.queued += len(pcm)
-        return start_ns
+            self.anchor = (self.out_pos, wall + int(delay_s * 1e9))
+            if self.queued and self.queued < frames + len(self.fade) and not self.tail_faded:
+                self._fade_tail()   # about to run dry: never stop on a non-zero sample
+            while filled < frames and self.buffer:
+                item = self.buffer[0]
+                head = item[0]
+                take = min(len(head), frames - filled)
+                out[filled:filled + take] = head[:take]
+                filled += take
+                if take == len(head):
+                    self.buffer.popleft()
+                    self.last_end = item[1]
+                else:
+                    item[0] = head[take:]
+            self.queued -= filled
+            self.out_pos += frames
+            if filled < frames and (filled or self.playing) and not self.last_end:
+                self.counters["underruns"] += 1
+            self.playing = filled == frames and filled > 0
+        out[filled:] = 0.0
+        if outdata.shape[1] > 1:
+            outdata[:, 1:] = outdata[:, :1]
+        if status:
+            self.counters["xruns"] += 1
+
+    def _finished(self) -> None:
+        # PortAudio ends a callback stream by itself only when the device failed.
+        if not self.closing:
+            self.lost = "the audio stream stopped (device unplugged or sound server gone)"
+
+    def _fade_tail(self) -> None:
+        """Fade out the last queued samples in place (guard held)."""
+        n = min(len(self.fade), self.queued)
+        ramp = self.fade[::-1][len(self.fade) - n:]   # ends at 0
+        for item in reversed(self.buffer):
+            if n == 0:
+                break
+            head = item[0]
+            take = min(n, len(head))
+            head[len(head) - take:] *= ramp[n - take:n]
+            n -= take
+        self.tail_faded = True
+
+    # -- actor thread ---------------------------------------------------------------------
+    def _heard_ns(self, pos: int) -> int:
+        if self.anchor is None:   # no callback yet: it will come within one latency
+            return now_ns() + int(self.latency_s * 1e9) + \
+                int((pos - self.out_pos) * 1e9 / self.rate)
+        anchor_pos, anchor_ns = self.anchor
+        return anchor_ns + int((pos - anchor_pos) * 1e9 / self.rate)
+
+    def idle(self) -> bool:
+        """Nothing is queued: new audio would start from silence."""
+        return self.queued == 0
+
+    def write(self, pcm: np.ndarray, *, cut: bool = False, end: bool = False) -> int:
+        """Queue audio; return the wall time (ns) at which its first sample is heard.
+
+        `cut`: this audio does not continue what was queued before (a chunk was skipped or
+        the previous utterance was cut short). `end`: it ends an utterance, so running dry
+        after it is no underrun.
+        """
+        pcm = np.array(pcm, dtype=np.float32)   # our own copy: fades modify it in place
+        with self.guard:
+            if self.lost:   # dropped: late speech is worse than none; reopen() may follow
+                self.counters["dropped_ms"] += len(pcm) * 1000 // self.rate
+                return now_ns()
+            if cut and self.queued and not self.tail_faded:
+                self._fade_tail()
+            if len(pcm) and (self.tail_faded or cut):
+                n = min(len(pcm), len(self.fade))
+                pcm[:n] *= self.fade[:n]
+                self.tail_faded = False
+            start_pos = self.out_pos + self.queued
+            if len(pcm):
+                self.buffer.append([pcm, end])
+                self.queued += len(pcm)
+            elif end and self.buffer:
+                self.buffer[-1][1] = True
+            return self._heard_ns(start_pos)
 
     def busy_until_ns(self) -> int:
-        """Wall time at which the buffer will have drained."""
-        return now_ns() + int(self.queued * 1e9 / self.rate)
+        """Wall time at which the last queued sample will have been heard."""
+        with self.guard:
+            return max(now_ns(), self._heard_ns(self.out_pos + self.queued))
+
+    def reopen(self) -> bool:
+        """After a loss, open the same device again; False while it is still missing.
+
+        PortAudio lists devices only when it initializes, so it is re-initialized first.
+        """
+        from actors.runtime import StartupError
+
+        with self.guard:
+            self.buffer.clear()
+            self.queued = 0
+            self.tail_faded, self.playing, self.last_end = True, False, True
+        self._close_stream()
+        try:
+            self.sd._terminate()
+            self.sd._initialize()
+            self._open()
+        except (StartupError, self.sd.PortAudioError) as exc:
+            self.lost = str(exc)
+            return False
+        return True
+
+    def _close_stream(self) -> None:
+        self.closing = True
+        try:
+            self.stream.stop()
+            self.stream.close()
+        except self.sd.PortAudioError:
+            pass   # a lost device cannot be stopped cleanly; the handle is freed anyway
+        finally:
+            self.closing = False
 
     def close(self) -> None:
         """Stop the stream."""
-        self.stream.stop()
-        self.stream.close()
+        self._close_stream()
 
 
 @dataclass
@@ -126,6 +266,9 @@ class Utterance:
     played_s: float = 0.0
     trace: tuple = ()
     complete: bool = True
+    resampler: object = None      # soxr stream at the chunks' rate: no edge at chunk joins
+    resampler_rate: int = 0
+    hold_since: float | None = None   # monotonic time the jitter buffer started holding
 
 
 class PlayerActor(Actor):
@@ -140,6 +283,9 @@ class PlayerActor(Actor):
         # Events wait until the audio they describe is really heard: (due wall ns, event).
         self.pending: list[tuple[int, PlaybackEvent]] = []
         self.done: collections.deque[str] = collections.deque(maxlen=1000)
+        self.cut_next = False        # the next audio written does not continue the last
+        self.device_lost_at: float | None = None
+        self.last_retry = 0.0
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """TTS's speech chunks."""
@@ -155,6 +301,7 @@ class PlayerActor(Actor):
             self.sink = WavSink(self.config.path, self.config.sample_rate)
         else:
             self.sink = DeviceSink(self.config.device, self.counters)
+            self.log.info("player: %s", self.sink.describe())
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Buffer a chunk under its utterance."""
@@ -172,12 +319,41 @@ class PlayerActor(Actor):
             u.trace = traced(msg.trace, "play.recv", self.recv_ns)
         return iter(())
 
+    def health(self) -> str:
+        """Degraded while the output device is lost."""
+        lost = getattr(self.sink, "lost", "")
+        return f"output device {self.config.device or 'default'!r} lost: {lost}" if lost else ""
+
     def tick(self) -> Iterator[Message]:
         """Feed the sink, head utterance first; publish started/finished events."""
+        if getattr(self.sink, "lost", ""):
+            self._recover()
         self._advance()
         now = now_ns()
         while self.pending and self.pending[0][0] <= now:
             yield self.pending.pop(0)[1]
+
+    def _recover(self) -> None:
+        # Keep running rather than exit: the rest of the pipeline is fine, and a headset
+        # that comes back should just work again. Exiting would not help: supervisord
+        # would restart us, load() would fail with the device still missing, exit 78, and
+        # nobody would restart the player when the device returns.
+        now = time.monotonic()
+        if self.device_lost_at is None:
+            self.device_lost_at = now
+            self.counters["device_lost"] += 1
+            self.log.error("player: output device %r lost (%s); dropping audio and retrying "
+                           "every %.1f s; run `voxweft devices` to list devices",
+                           self.config.device or "default", self.sink.lost,
+                           self.config.device_retry_ms / 1000)
+        if now - self.last_retry < self.config.device_retry_ms / 1000:
+            return
+        self.last_retry = now
+        if self.sink.reopen():
+            self.log.info("player: output device back after %.1f s: %s",
+                          now - self.device_lost_at, self.sink.describe())
+            self.device_lost_at = None
+            self.cut_next = True
 
     def _advance(self) -> None:
         while self.queue:
@@ -187,11 +363,13 @@ class PlayerActor(Actor):
             if u.last_index is not None and u.next_index > u.last_index:
                 self._finish(u)
             elif gap_s * 1000 > self.config.gap_timeout_ms:
+                self._feed(u, force=True)   # what the jitter buffer holds plays now
                 if u.last_index is not None and u.next_index < u.last_index:
                     # A chunk in the middle is missing: skip it and play what follows.
                     self.counters["missing_chunks"] += 1
                     u.next_index += 1
                     u.complete = False
+                    self.cut_next = True
                     continue
                 self.counters["incomplete_utterances"] += 1
                 u.complete = False
@@ -204,17 +382,63 @@ class PlayerActor(Actor):
         self.pending.append((due_ns, event))
         self.pending.sort(key=lambda item: item[0])   # stable: same time keeps send order
 
-    def _feed(self, u: Utterance) -> None:
-        while u.next_index in u.chunks:
-            chunk = u.chunks.pop(u.next_index)
-            u.next_index += 1
-            if len(chunk.pcm) == 0:
-                continue
-            pcm = chunk.pcm.astype(np.float32)
-            pcm = pcm.mean(axis=1) if pcm.ndim == 2 else pcm
-            if chunk.sample_rate != self.sink.rate:
-                pcm = soxr.resample(pcm, chunk.sample_rate, self.sink.rate)
-            start_ns = self.sink.write(pcm)
+    def _holding(self, u: Utterance) -> bool:
+        """Jitter buffer: True while the chunks from silence on should wait.
+
+        From silence (an utterance's start, or after an underrun) audio waits until
+        `jitter_ms` of it is here, the utterance is complete, or `jitter_ms` has passed.
+        """
+        jitter_s = self.config.jitter_ms / 1000
+        if not jitter_s or not self.sink.idle():
+            u.hold_since = None
+            return False   # audio still queued ahead: appending keeps playback continuous
+        held_s, i = 0.0, u.next_index
+        while i in u.chunks:
+            held_s += len(u.chunks[i].pcm) / u.chunks[i].sample_rate
+            i += 1
+        complete = u.last_index is not None and i > u.last_index
+        if held_s >= jitter_s or complete:
+            u.hold_since = None
+            return False
+        now = time.monotonic()
+        if u.hold_since is None:
+            u.hold_since = now
+        if held_s and now - u.hold_since >= jitter_s:
+            u.hold_since = None
+            return False   # never wait longer than the buffer itself would have lasted
+        return True
+
+    def _resample(self, u: Utterance, chunk: SpeechChunk) -> np.ndarray:
+        pcm = chunk.pcm.astype(np.float32)
+        pcm = pcm.mean(axis=1) if pcm.ndim == 2 else pcm
+        if chunk.sample_rate == self.sink.rate and u.resampler is None:
+            return pcm
+        if u.resampler is None or u.resampler_rate != chunk.sample_rate:
+            tail = self._flush(u)
+            # One stream per utterance: chunks resampled one by one would each get filter
+            # edges (an audible tick at every join) and rounding drift in their lengths.
+            u.resampler = soxr.ResampleStream(chunk.sample_rate, self.sink.rate, 1,
+                                              dtype="float32")
+            u.resampler_rate = chunk.sample_rate
+            return np.concatenate([tail, u.resampler.resample_chunk(pcm)])
+        return u.resampler.resample_chunk(pcm)
+
+    def _flush(self, u: Utterance) -> np.ndarray:
+        """What the utterance's resampler still holds (its filter delay)."""
+        if u.resampler is None:
+            return np.zeros(0, np.float32)
+        tail = u.resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+        u.resampler = None
+        return tail
+
+    def _write(self, u: Utterance, pcm: np.ndarray, end: bool = False) -> None:
+        if getattr(self.sink, "lost", ""):
+            u.complete = False   # the device is gone: this audio is not heard
+        if not len(pcm) and not end:
+            return
+        start_ns = self.sink.write(pcm, cut=self.cut_next and len(pcm) > 0, end=end)
+        if len(pcm):
+            self.cut_next = False
             u.played_s += len(pcm) / self.sink.rate
             if u.started_ns is None:
                 u.started_ns = start_ns
@@ -222,9 +446,25 @@ class PlayerActor(Actor):
                 self._schedule(start_ns, PlaybackEvent(utt=u.utt, event="started",
                                                        trace=u.trace))
 
+    def _feed(self, u: Utterance, force: bool = False) -> None:
+        if not force and self._holding(u):
+            return
+        while u.next_index in u.chunks:
+            chunk = u.chunks.pop(u.next_index)
+            u.next_index += 1
+            if len(chunk.pcm) == 0 and not (chunk.last and u.resampler is not None):
+                continue
+            pcm = self._resample(u, chunk)
+            if chunk.last:
+                pcm = np.concatenate([pcm, self._flush(u)])
+            self._write(u, pcm, end=chunk.last)
+
     def _finish(self, u: Utterance) -> None:
         del self.queue[u.utt]
         self.done.append(u.utt)
+        self._write(u, self._flush(u), end=True)   # the last chunk never came
+        if not u.complete:
+            self.cut_next = True   # what follows does not continue this audio
         if u.started_ns is None:
             after = max([now_ns()] + [due for due, _ in self.pending])   # keep event order
             self._schedule(after, PlaybackEvent(utt=u.utt, event="skipped",

@@ -76,7 +76,8 @@ def render(topology: Topology, host: str, run_dir: Path) -> str:
             "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": 1,
             "PYTHONPATH": project_root,
         }
-        passthrough = ("VOXWEFT_FAULT", "PULSE_SERVER", "PULSE_RUNTIME_PATH", "HOME")
+        passthrough = ("VOXWEFT_FAULT", "PULSE_SERVER", "PULSE_RUNTIME_PATH", "HOME",
+                       "XDG_RUNTIME_DIR")
         env.update({k: os.environ[k] for k in passthrough if k in os.environ})
         env_line = ",".join(f'{k}="{v}"' for k, v in env.items())
         lines += [

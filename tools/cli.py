@@ -215,7 +215,9 @@ def cmd_devices(args) -> int:
         return _die(str(exc))
     print(f"{'index':>5}  {'in':>3} {'out':>3} {'rate':>6}  name")
     for d in list_devices(sd):
-        print(f"{d['index']:>5}  {d['inputs']:>3} {d['outputs']:>3} {d['rate']:>6}  {d['name']}")
+        default = f" (default {d['default']})" if d.get("default") else ""
+        print(f"{d['index']:>5}  {d['inputs']:>3} {d['outputs']:>3} {d['rate']:>6}  "
+              f"{d['name']}{default}")
     return 0
 
 
