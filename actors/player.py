@@ -359,6 +359,10 @@ class PlayerActor(Actor):
         while self.queue:
             u = next(iter(self.queue.values()))
             self._feed(u)
+            if self.sink.busy_until_ns() > now_ns():
+                # Audio is still playing: the next chunk is not late until it has drained
+                # (a long clause can take Kokoro longer than gap_timeout_ms to make).
+                u.last_arrival = max(u.last_arrival, time.monotonic())
             gap_s = time.monotonic() - u.last_arrival
             if u.last_index is not None and u.next_index > u.last_index:
                 self._finish(u)

@@ -52,6 +52,10 @@ class SegmenterActor(Actor):
         self.utterances = 0      # committed utterances in this process
         self.ids: dict[int, str] = {}   # segmenter index -> utterance id (never reused)
         self.next_id = 0
+        # The echo gate only where an echo path exists: a microphone that can hear a speaker.
+        self.echo_gate = (config.echo_mode == "gate"
+                          and topology.actors["capture"].source == "microphone"
+                          and topology.actors["player"].sink == "device")
         # Echo gate: utterance -> [wall ns its audio started to be heard, ns it ended or None].
         self.playback: dict[str, list] = {}
         self.player_epoch: int | None = None
@@ -65,7 +69,7 @@ class SegmenterActor(Actor):
         playback events drive the echo gate.
         """
         subs = [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
-        if self.config.echo_mode == "gate":
+        if self.echo_gate:
             subs.append(("player", b"playback."))
         return subs
 
@@ -137,7 +141,7 @@ class SegmenterActor(Actor):
     def handle(self, msg: Message) -> Iterator[Message]:
         """Feed frames to the VAD; turn its events into messages."""
         if isinstance(msg, PlaybackEvent):
-            if self.config.echo_mode == "gate":
+            if self.echo_gate:
                 self._on_playback(msg)
             return
         if isinstance(msg, EndOfStream):

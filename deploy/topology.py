@@ -157,8 +157,17 @@ def check_engine(name: str, config: EngineConfig, where: str):
         lang = config.src_lang if name == "asr" else config.tgt_lang
         ok, wanted, offered = lang in engine.languages(), lang, sorted(engine.languages())
     if not ok:
-        raise TopologyError(f"{where}: engine {config.engine!r} cannot do {wanted}; it offers: "
-                            f"{', '.join(offered)}")
+        msg = f"{where}: engine {config.engine!r} cannot do {wanted}; it offers: " \
+              f"{', '.join(offered)}"
+        # Add what this installation can do instead (never an error on its own: on a
+        # two-host topology the other host's engines need not be installed here).
+        from tools.languages import check_pair
+
+        try:
+            check_pair(config.src_lang, config.tgt_lang)
+        except ValueError as exc:
+            msg += f"; {exc}"
+        raise TopologyError(msg)
     return engine
 
 

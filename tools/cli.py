@@ -204,6 +204,14 @@ def _tap_topology(args):
     return topo_mod.load(args.topology)
 
 
+def cmd_languages(args) -> int:
+    """Language pairs this installation can interpret, with the engine for each stage."""
+    from tools.languages import main as languages_main
+
+    return languages_main((["--topology", args.topology] if args.topology else [])
+                          + (["--json"] if args.json else []))
+
+
 def cmd_devices(args) -> int:
     """List audio devices."""
     from actors.devices import list_devices, open_sounddevice
@@ -292,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--fast", action="store_true", help="no pauses between messages")
     sp.add_argument("--topic", default="", help="only messages with this topic prefix")
     sp.set_defaults(fn=cmd_replay)
+
+    sp = sub.add_parser("languages", help="language pairs this installation can interpret")
+    sp.add_argument("--topology", help="also count this topology's engines")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(fn=cmd_languages)
 
     sp = sub.add_parser("devices", help="list audio input and output devices")
     sp.set_defaults(fn=cmd_devices)

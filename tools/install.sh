@@ -9,18 +9,20 @@ cd "$(dirname "$0")/.."
 case "$(uname -s)" in
   Darwin)
     command -v brew >/dev/null || { echo "install Homebrew first (https://brew.sh)"; exit 1; }
-    brew install python@3.11 portaudio espeak-ng libsndfile
+    brew install python@3.11 portaudio espeak-ng libsndfile apertium
     PYTHON=${PYTHON:-python3.11}
     ;;
   Linux)
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     # espeak-ng: phonemes for Kokoro and the espeak engine; libportaudio2: sound devices;
-    # libsndfile1: audio files; pulseaudio: the null sink the device tests play into.
+    # libsndfile1: audio files; pulseaudio: the null sink the device tests play into;
+    # apertium-*: rule-based MT en<->es, en<->ca, fr<->es.
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
       python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 \
-      pulseaudio pulseaudio-utils libasound2-plugins >/dev/null
+      pulseaudio pulseaudio-utils libasound2-plugins \
+      apertium apertium-eng-spa apertium-eng-cat apertium-fr-es >/dev/null
     PYTHON=${PYTHON:-python3}
     ;;
   *) echo "unsupported system $(uname -s): use Debian/Ubuntu or macOS"; exit 1 ;;

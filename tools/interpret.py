@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import socket
@@ -13,10 +14,11 @@ from pathlib import Path
 import zmq
 
 from deploy.supervisor import Supervisor, SupervisorError, wait_ready
-from deploy.topology import Topology
+from deploy.topology import Topology, parse
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
 from protocol.messages import EndOfStream, PlaybackEvent, Transcript, Translation, VadEvent
+from tools.languages import fit_engines
 from tools.latency import summarize, utterance_latency
 from tools.subtitles import write_subtitles
 
@@ -39,6 +41,11 @@ def free_ports(n: int) -> list[int]:
 def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,
                   fast: bool) -> Topology:
     """The base topology on one local host, fed by the file, played into output.wav."""
+    raw = copy.deepcopy(base.raw)
+    raw.setdefault("pipeline", {}).update(src_lang=src, tgt_lang=tgt)
+    for line in fit_engines(raw, src, tgt):   # the user asked for languages, not engines
+        print(f"voxweft: {src}->{tgt} needs another engine: using {line}", flush=True)
+    base = parse(raw, base.source)
     ports = free_ports(7)
     actors = {name: {"host": "_interpret", "port": ports[i]}
               for i, name in enumerate(base.actors)}

@@ -253,8 +253,7 @@ def test_capture_counts_overflow_and_keeps_the_timeline(pulse):  # noqa: F811
         mic.read_timed()
         t0 = time.monotonic()
         time.sleep(0.4)   # the actor loop is stuck: the callback must drop, not block
-        frames = mic.read_timed()
-        assert len(frames) <= 2   # the one queued block, not the 0.4 s
+        frames = mic.read_timed()   # the one queued block, and silence for the dropped ones
         while time.monotonic() - t0 < 0.7:   # the loop runs again
             frames += mic.read_timed()
             time.sleep(0.01)

@@ -208,7 +208,8 @@ def test_echo_gate_ignores_what_is_heard_while_the_player_plays():
         frames[cut + len(speech) // 320:] + [EndOfStream(media_s=len(stream) / 16000)]
 
     def run(mode):
-        topo = topology(segmenter={"echo_mode": mode})
+        topo = topology(segmenter={"echo_mode": mode}, capture={"source": "microphone"},
+                        player={"sink": "device"})
         seg = SegmenterActor(topo, topo.actors["segmenter"])
         out = run_actor(seg, inputs, src="capture")
         return [m for m in out if isinstance(m, Segment)], seg
@@ -220,3 +221,21 @@ def test_echo_gate_ignores_what_is_heard_while_the_player_plays():
     assert seg.counters["echo_gated_frames"] > len(speech) // 320
     ungated, _ = run("off")
     assert len(ungated) == 3   # without the gate the echo becomes an utterance
+
+    # A file source or a WAV sink has no echo path: the gate stays open.
+    topo = topology(segmenter={"echo_mode": "gate"}, capture={"source": "file", "path": "x.wav"})
+    assert not SegmenterActor(topo, topo.actors["segmenter"]).echo_gate
+
+
+def test_player_waits_for_a_slow_chunk_while_audio_is_still_playing(tmp_path):
+    # Kokoro may need longer than gap_timeout_ms for a long clause; while the previous
+    # chunk is still being heard, the next one is not late.
+    p = player(tmp_path, gap_ms=150)
+    out = run_actor(p, [chunk("a", 0, seconds=0.6)], src="tts", ticks=15, tick_sleep_s=0.02)
+    out += run_actor(p, [chunk("a", 1), chunk("a", 2, True)], src="tts", ticks=40,
+                     tick_sleep_s=0.02, loaded=True)
+    p.close()
+    finished = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert len(finished) == 1 and finished[0].complete
+    assert finished[0].duration_s == pytest.approx(0.7, abs=0.01)
+    assert p.counters["incomplete_utterances"] == 0

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from actors.tts_engines import ENGINES, EspeakEngine, KokoroEngine, TtsEngine, split_clauses
+from actors.tts_engines import (
+    ENGINES,
+    EspeakEngine,
+    KokoroEngine,
+    PiperEngine,
+    TtsEngine,
+    split_clauses,
+)
 
 PT = (
     "produziu os livros de blocos, "
@@ -76,7 +83,7 @@ def test_split_clauses_rejects_bad_max_chars():
 # --- engines ------------------------------------------------------------------------------------
 
 def test_registry():
-    assert ENGINES == {"kokoro": KokoroEngine, "espeak": EspeakEngine}
+    assert ENGINES == {"kokoro": KokoroEngine, "espeak": EspeakEngine, "piper": PiperEngine}
     for name, cls in ENGINES.items():
         assert issubclass(cls, TtsEngine) and cls.name == name
 
