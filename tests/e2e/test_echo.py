@@ -19,6 +19,7 @@ from protocol.codec import decode
 from protocol.messages import PlaybackEvent, Transcript, VadEvent
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, local_topology
 from tests.pulse import DEVICE, SINK, pulse  # noqa: F401 - the fixture
+from tools.latency import utterance_latency
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -68,6 +69,10 @@ def live_session(short_tmp, echo_mode: str) -> list[Transcript]:
     committed = [m.utt for m in seen if isinstance(m, VadEvent) and m.event == "end"]
     transcripts = [m for m in seen if isinstance(m, Transcript)]
     assert len(transcripts) == len(committed)
+    for started in (m for m in seen if isinstance(m, PlaybackEvent) and m.event == "started"):
+        figures = utterance_latency(started.trace)   # the live figure, device to device
+        print(f"live {echo_mode} {started.utt}: end of speech -> first audio "
+              f"{figures['speech_end_to_first_audio_s']} s {figures['stages_s']}")
     return transcripts
 
 
