@@ -118,6 +118,7 @@ class MicrophoneSource:
         self.dropped = 0           # samples dropped since the last queued block (callback)
         self.overflows_seen = 0
         self.time_source = ""      # "adc" or "arrival": which estimate capture_ns uses
+        self.lost = ""             # why the stream stopped by itself; "" while it runs
 
         def callback(indata, frames, time_info, status) -> None:
             # Audio thread: no lock, no logging, no allocation beyond one copy.
@@ -139,9 +140,16 @@ class MicrophoneSource:
             if status:
                 counters["xruns"] += 1
 
+        def finished() -> None:
+            # Called by PortAudio when the stream ends without us stopping it: the device
+            # was unplugged or the sound server went away.
+            if not self.closing:
+                self.lost = "the audio stream stopped (device unplugged or sound server gone)"
+
+        self.closing = False
         self.stream = open_device(sd, "capture", self.name, lambda: sd.InputStream(
             device=index, samplerate=self.rate, channels=self.channels, dtype="float32",
-            callback=callback, blocksize=self.block))
+            callback=callback, blocksize=self.block, finished_callback=finished))
         self.stream.start()
 
     def describe(self) -> str:
@@ -184,9 +192,13 @@ class MicrophoneSource:
         return out
 
     def close(self) -> None:
-        """Stop the stream."""
-        self.stream.stop()
-        self.stream.close()
+        """Stop the stream (a lost device cannot be stopped cleanly; its handle is freed)."""
+        self.closing = True
+        try:
+            self.stream.stop()
+            self.stream.close()
+        except Exception:  # noqa: BLE001 - PortAudioError from a vanished device
+            pass
 
 
 class CaptureActor(Actor):
@@ -205,6 +217,8 @@ class CaptureActor(Actor):
         self.wait_since = time.monotonic()
         self.eos_sent = False
         self.ready_frames: collections.deque[np.ndarray] = collections.deque()   # read, unsent
+        self.mic_lost_at: float | None = None
+        self.last_retry = 0.0
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """A file source listens to every actor's status to start when all are ready."""
@@ -225,6 +239,41 @@ class CaptureActor(Actor):
                                            self.counters, queue_ms=self.config.queue_ms)
             self.started_at = time.monotonic()
         self.log.info("capture: %s", self.source.describe())
+
+    def _recover_microphone(self) -> None:
+        # Same choice as the player: exiting would not help (a restarted capture fails to
+        # load while the device is missing, and nothing restarts it when it comes back).
+        now = time.monotonic()
+        if self.mic_lost_at is None:
+            self.mic_lost_at = now
+            self.counters["device_lost"] += 1
+            self.log.error("capture: input device %r lost (%s); retrying every %.1f s; run "
+                           "`voxweft devices` to list devices", self.config.device or "default",
+                           self.source.lost, self.config.device_retry_ms / 1000)
+        if now - self.last_retry < self.config.device_retry_ms / 1000:
+            return
+        self.last_retry = now
+        from actors.devices import open_sounddevice
+
+        self.source.close()
+        sd = open_sounddevice("capture")
+        sd._terminate()   # PortAudio lists devices only when it initializes
+        sd._initialize()
+        try:
+            source = MicrophoneSource(self.config.device, self.frame_samples, self.counters,
+                                      queue_ms=self.config.queue_ms)
+        except (StartupError, sd.PortAudioError) as exc:
+            self.source.lost = str(exc)
+            return
+        self.source = source
+        self.log.info("capture: input device back after %.1f s: %s", now - self.mic_lost_at,
+                      source.describe())
+        self.mic_lost_at = None
+
+    def health(self) -> str:
+        """Degraded while the microphone is lost."""
+        lost = getattr(self.source, "lost", "")
+        return f"input device {self.config.device or 'default'!r} lost: {lost}" if lost else ""
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Remember the peers' status (the file source's start condition)."""
@@ -257,6 +306,8 @@ class CaptureActor(Actor):
         if self.config.source == "microphone":
             for pcm, first_ns in self.source.read_timed():
                 yield from self._frames([pcm], first_ns)
+            if self.source.lost:
+                self._recover_microphone()
             return
         speed = self.config.fast_speed if self.config.fast else 1.0
         due_s = (time.monotonic() - self.started_at) * speed

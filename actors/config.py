@@ -49,6 +49,7 @@ class CaptureConfig(ActorConfig):
     frame_ms: int = 20
     wait_ready_s: float = 600.0  # file: wait this long for the pipeline to be ready, then start
     queue_ms: int = 2000         # microphone: audio held for a busy actor loop before dropping
+    device_retry_ms: int = 1000  # microphone: after losing the device, try to reopen this often
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""
@@ -59,6 +60,7 @@ class CaptureConfig(ActorConfig):
         _range("frame_ms", self.frame_ms, 10, 100)
         _range("fast_speed", self.fast_speed, 1.0, 1000.0)
         _range("queue_ms", self.queue_ms, 20, 60000)
+        _range("device_retry_ms", self.device_retry_ms, 100, 60000)
 
 
 @dataclass

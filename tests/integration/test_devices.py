@@ -361,3 +361,37 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
     lost = [line for line in logs[0].splitlines() if "output device" in line and "lost" in line]
     assert len(lost) == 1 and "voxweft devices" in lost[0], logs[0]
     assert "output device back" in logs[0]
+
+
+def test_capture_survives_its_device_vanishing_and_resumes(pulse):  # noqa: F811
+    from actors.capture import CaptureActor
+    from deploy.topology import load as load_topology
+
+    topo = load_topology(None).with_overrides({"actors": {"capture": {
+        "source": "microphone", "device": DEVICE, "device_retry_ms": 300}}})
+    cap = CaptureActor(topo, topo.actors["capture"])
+    cap.epoch = 1
+    cap.load()
+
+    def run_for(seconds: float) -> list:
+        frames, t0 = [], time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            frames += [m for m in cap.tick() if isinstance(m, AudioFrame)]
+            time.sleep(0.01)
+        return frames
+
+    try:
+        assert len(run_for(0.5)) >= 10
+        pulse.kill()
+        run_for(1.0)
+        assert cap.health(), "capture did not notice its device vanished"
+        assert cap.counters["device_lost"] == 1
+        pulse.start()
+        deadline = time.monotonic() + 10
+        resumed = []
+        while time.monotonic() < deadline and len(resumed) < 10:
+            resumed += run_for(0.3)
+        assert len(resumed) >= 10 and not cap.health(), "capture did not come back"
+        assert cap.counters["device_lost"] == 1   # one error line for one loss
+    finally:
+        cap.close()
