@@ -59,3 +59,30 @@ def test_ten_minutes_of_silence_then_speech_at_48k_stereo_float(tmp_path):
     rows = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and "surpassed" in rows[0]["text"].lower(), rows
     assert rows[0]["media_start_s"] > 599
+
+
+@pytest.mark.slow
+def test_thirty_minute_recording_keeps_every_utterance_at_its_time(tmp_path):
+    # Half an hour of quiet room noise with a sentence every five minutes: bounded memory
+    # (the file is read in blocks), every sentence found, at the right media time.
+    rng = np.random.default_rng(2)
+    clips = corpus_clips()
+    total_s, every_s = 1800, 300
+    audio = (rng.standard_normal(16000 * total_s) * 0.002).astype(np.float32)
+    placed = []
+    for n, at in enumerate(range(60, total_s - 30, every_s)):
+        speech = read_16k(clips[n % len(clips)])
+        audio[at * 16000:at * 16000 + len(speech)] += speech
+        placed.append((at, clips[n % len(clips)]))
+    path = tmp_path / "half-hour.wav"
+    sf.write(path, audio, 16000, subtype="PCM_16")
+    del audio
+    out = tmp_path / "out"
+    proc = interpret("--input", str(path), "--out", str(out), "--fast", timeout=580)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
+    assert len(rows) == len(placed), [(r["media_start_s"], r["text"]) for r in rows]
+    for row, (at, clip) in zip(rows, placed, strict=True):
+        assert abs(row["media_start_s"] - at) < 0.5, (row, at)
+        reference = set(clip.with_suffix(".txt").read_text().lower().split())
+        assert len(reference & set(row["text"].lower().replace(",", "").split())) >= 2
