@@ -162,9 +162,9 @@ class TtsEngine(abc.ABC):
         """Validate settings; an unknown or invalid key raises ValueError naming it."""
         self.settings = dict(settings)  # as given, for logs; subclasses validate and apply them
 
+    @abc.abstractmethod
     def languages(self) -> frozenset[str]:
         """ISO-639-1 codes this engine can speak."""
-        raise NotImplementedError
 
     def plan(self, text: str) -> list[str]:
         """The pieces of `text` synthesize() yields one audio chunk for, in order."""
