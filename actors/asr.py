@@ -166,10 +166,13 @@ class FasterWhisperEngine(AsrEngine):
                                               self.model.model.is_multilingual,
                                               task="transcribe", language=lang)
         tok = self.tokenizers[lang]
-        features = self.model.feature_extractor(pcm)
+        # Pad the audio, not the features: Whisper's silence is the log-mel floor of zeros
+        # (a feature value of 0 is not silence and made it drop final words now and then).
+        samples = window_s * RATE
+        features = self.model.feature_extractor(pcm[:samples],
+                                                padding=max(0, samples - len(pcm)) + 160)
         frames = window_s * 100   # 10 ms hop
-        window = np.zeros((features.shape[0], frames), np.float32)
-        window[:, :min(frames, features.shape[1])] = features[:, :frames]
+        window = np.ascontiguousarray(features[:, :frames], np.float32)
         encoded = self.model.model.encode(ctranslate2.StorageView.from_array(window[None]),
                                           to_cpu=False)
         # sot_sequence is [sot, language, task] for multilingual models but only [sot] for
@@ -235,8 +238,7 @@ class AsrActor(Actor):
         pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
         start = now_ns()
         text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
-        trace = traced(traced(traced(msg.trace, "asr.recv", self.recv_ns), "asr.start", start),
-                       "asr.end")
+        trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")
         self.log.info("asr: %s [%s] %r (%.2f s audio, %.0f ms)", msg.utt, lang, text,
                       msg.duration_s, (trace[-1][1] - start) / 1e6)
         yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=True,

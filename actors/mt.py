@@ -477,8 +477,7 @@ class MtActor(Actor):
             text = ""
         else:
             text = self.engine.translate(msg.text, msg.src_lang, tgt) if msg.text else ""
-        trace = traced(traced(traced(msg.trace, "mt.recv", self.recv_ns), "mt.start", start),
-                       "mt.end")
+        trace = traced(traced(self.arrived(msg.trace, "mt"), "mt.start", start), "mt.end")
         self.log.info("mt: %s %r -> %r", msg.utt, msg.text, text)
         yield Translation(utt=msg.utt, src_lang=msg.src_lang, tgt_lang=tgt,
                           source_text=msg.text, text=text, media_start_s=msg.media_start_s,

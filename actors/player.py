@@ -316,7 +316,7 @@ class PlayerActor(Actor):
         if msg.last:
             u.last_index = msg.index
         if not u.trace:
-            u.trace = traced(msg.trace, "play.recv", self.recv_ns)
+            u.trace = self.arrived(msg.trace, "play")
         return iter(())
 
     def health(self) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -26,11 +27,12 @@ import traceback
 from collections.abc import Iterable
 from typing import ClassVar
 
+import psutil
 import zmq
 
 from protocol import sockets
 from protocol.codec import ProtocolError, decode, encode
-from protocol.messages import Message, Status, now_ns, stamp
+from protocol.messages import Message, Status, Trace, now_ns, stamp, traced
 
 HEARTBEAT_S = 0.5           # >= 1 Hz with margin: a tap or `up` sees each actor twice a second
 STOP_GRACE_S = 1.5          # SIGTERM must end the process within 2 s, model call or not
@@ -56,8 +58,16 @@ class Actor:
         self.config = config
         self.epoch = 0            # set by the runtime before load()
         self.recv_ns = 0          # wall time the message being handled was received
+        # Wall time this actor last became free to take a message (the end of its previous
+        # call): a message sent before it waited in the queue, not on the wire.
+        self.ready_ns = 0
         self.counters: collections.Counter[str] = collections.Counter()
         self.log = logging.getLogger(f"voxweft.{self.name}")
+
+    def arrived(self, trace: Trace, stage: str) -> Trace:
+        """`trace` with this message's "<stage>.ready" and "<stage>.recv" events."""
+        return traced(traced(trace, f"{stage}.ready", self.ready_ns), f"{stage}.recv",
+                      self.recv_ns)
 
     # -- what an actor author writes ------------------------------------------------------
     def subscriptions(self) -> list[tuple[str, bytes]]:
@@ -165,7 +175,7 @@ class Runtime:
         counters["backlog"] = len(self.backlog)
         return Status(state=state, detail=detail, pid=os.getpid(),
                       engine=self.actor.engine_name(), busy_s=round(busy, 3),
-                      counters=counters, peers=dict(self.peers))
+                      counters=counters, peers=dict(self.peers), resources=resources())
 
     def _degraded_reason(self) -> str:
         now = time.monotonic()
@@ -265,6 +275,7 @@ class Runtime:
                       traceback.format_exc(limit=6))
         finally:
             self.busy_since = None
+            self.actor.ready_ns = now_ns()
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -348,6 +359,7 @@ class Runtime:
             mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             monitors[mon] = sock
             poller.register(mon, zmq.POLLIN)
+        self.actor.ready_ns = now_ns()
         try:
             while not self.stop.is_set():
                 timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
@@ -380,6 +392,21 @@ class Runtime:
         except zmq.ZMQError:
             pass
         sock.connect(endpoint)
+
+
+def resources() -> dict[str, int]:
+    """Memory, CPU time, open descriptors and threads of this process (status, bench)."""
+    proc = psutil.Process()
+    with proc.oneshot():
+        cpu = proc.cpu_times()
+        out = {"rss_kb": proc.memory_info().rss // 1024,
+               "cpu_ms": int((cpu.user + cpu.system) * 1000),
+               "threads": proc.num_threads()}
+        if hasattr(proc, "num_fds"):   # not on Windows
+            out["fds"] = proc.num_fds()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # kB on Linux, bytes on macOS
+    out["peak_rss_kb"] = peak // 1024 if sys.platform == "darwin" else peak
+    return out
 
 
 def _parse_fault(spec: str) -> tuple[str, int] | None:

@@ -41,7 +41,7 @@ class TtsActor(Actor):
         rate = self.engine.sample_rate
         lang = msg.tgt_lang or self.config.tgt_lang
         start = now_ns()
-        trace = traced(traced(msg.trace, "tts.recv", self.recv_ns), "tts.start", start)
+        trace = traced(self.arrived(msg.trace, "tts"), "tts.start", start)
         index = 0
         if msg.text and lang not in self.engine.languages():
             self.counters["refused_lang"] += 1

@@ -183,6 +183,8 @@ class Status(Message):
     busy_s: float = 0.0       # how long the current model call has run; 0 when idle
     counters: dict[str, int] = field(default_factory=dict)
     peers: dict[str, int] = field(default_factory=dict)   # sender -> epoch last heard
+    #: rss_kb, peak_rss_kb, cpu_ms (user + system), fds (open descriptors), threads
+    resources: dict[str, int] = field(default_factory=dict)
 
 
 #: The closed registry. Nothing on the wire is resolved by name outside this table.

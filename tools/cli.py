@@ -144,6 +144,39 @@ def cmd_interpret(args) -> int:
                      timeout_s=args.timeout)
 
 
+def cmd_bench(args) -> int:
+    """Measure the pipeline on a corpus; write report.json/.md and plots; compare."""
+    from tools import bench, benchreport
+
+    try:
+        if args.report:   # compare two reports already written; run nothing
+            if not args.compare:
+                return _die("voxweft bench: --report needs --compare OLD.json", 2)
+            new = bench.load_report(Path(args.report))
+        else:
+            if not args.corpus:
+                return _die("voxweft bench: give --corpus DIR (audio files, optional NAME.txt "
+                            "transcripts and NAME.<tgt>.txt translations)", 2)
+            if args.compare:   # an unreadable old report fails now, not after the run
+                bench.load_report(Path(args.compare))
+            base = topo_mod.load(args.topology)
+            out = Path(args.out or time.strftime("bench-%Y%m%d-%H%M%S"))
+            command = "voxweft bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else ""
+            new = bench.bench(base, Path(args.corpus), out, args.src, args.tgt, args.fast,
+                              pause_s=args.pause_s, soak_minutes=args.soak, limit=args.limit,
+                              bus_seconds=args.bus_seconds, bus_frames=args.bus_frames,
+                              command=command)
+            print(benchreport.markdown(new))
+            print(f"voxweft bench: report in {out / 'report.json'} (and report.md, "
+                  f"timeline.png{', soak.png' if args.soak else ''})")
+        if args.compare:
+            old = bench.load_report(Path(args.compare))
+            print(benchreport.compare(old, new))
+    except bench.BenchError as exc:
+        return _die(f"voxweft bench: {exc}")
+    return 0
+
+
 def cmd_watch(args) -> int:
     """Live console view and rolling transcript of a running pipeline."""
     from tools.watch import watch
@@ -271,6 +304,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--fast", action="store_true", help="do not pace the file in real time")
     sp.add_argument("--timeout", type=float, default=3600)
     sp.set_defaults(fn=cmd_interpret)
+
+    sp = sub.add_parser("bench", help="measure latency, quality, bus and resources on a corpus")
+    common(sp, run=False)
+    sp.add_argument("--corpus", help="folder of NAME.wav (+ NAME.txt, NAME.<tgt>.txt)")
+    sp.add_argument("--out", help="report folder (default: bench-DATE-TIME)")
+    sp.add_argument("--src", default="en")
+    sp.add_argument("--tgt", default="pt")
+    sp.add_argument("--fast", action="store_true",
+                    help="do not pace in real time (latency figures then include queueing)")
+    sp.add_argument("--pause-s", type=float, default=1.0, help="silence after each file")
+    sp.add_argument("--soak", type=float, metavar="MINUTES",
+                    help="loop the corpus as continuous speech for this long; report trends")
+    sp.add_argument("--limit", type=int, help="only the first N files")
+    sp.add_argument("--bus-seconds", type=float, default=10.0,
+                    help="real-time bus measurement length (0 skips the bus measurement)")
+    sp.add_argument("--bus-frames", type=int, default=20000, help="frames in the bus flood")
+    sp.add_argument("--compare", metavar="OLD.json", help="print differences from this report")
+    sp.add_argument("--report", metavar="NEW.json",
+                    help="with --compare: compare this report instead of running")
+    sp.set_defaults(fn=cmd_bench)
 
     sp = sub.add_parser("demo", help="interpret the bundled English sample into Portuguese")
     common(sp, run=False)

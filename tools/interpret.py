@@ -142,49 +142,36 @@ class Collector:
         return report
 
 
-def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,
-              fast: bool, timeout_s: float | None = None) -> int:
-    """Run the pipeline on one file; return the exit code."""
-    if not input_path.is_file():
-        print(f"voxweft interpret: input {input_path} not found", file=sys.stderr)
-        return 2
-    try:   # fail before starting six processes when the file is not audio
-        import soundfile as sf
+def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: Path,
+                   timeout_s: float | None, what: str) -> tuple[int, str]:
+    """Run the topology's actors under a private supervisord until `collector` is done.
 
-        info = sf.info(str(input_path))
-    except (RuntimeError, OSError) as exc:
-        print(f"voxweft interpret: cannot read {input_path} as audio ({exc}); give a WAV, "
-              "FLAC, OGG or MP3 file", file=sys.stderr)
-        return 2
-    if info.frames == 0:
-        print(f"voxweft interpret: {input_path} holds no audio", file=sys.stderr)
-        return 2
-    out_dir.mkdir(parents=True, exist_ok=True)
-    topology = file_topology(base, input_path.resolve(), out_dir.resolve(), src, tgt, fast)
+    Every message on `topics` goes to `collector.add` until `collector.finished()`; then the
+    actors stop and their logs are copied to `out_dir/logs`.
+    Returns (exit code, reason): 0 when the collector finished.
+    """
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)
     sup.write(topology, "_interpret")
     ctx = zmq.Context()
     # Subscribe before anything starts: the file source waits for every actor to be ready,
     # by which time these subscriptions have long been live.
-    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in topology.actors], WATCHED)
-    collected = Collector()
+    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in topology.actors], topics)
     code, reason = 0, ""
     t0 = time.monotonic()
     try:
         sup.start()
         wait_ready(sup, topology, list(topology.actors))
-        print(f"voxweft: pipeline ready in {time.monotonic() - t0:.1f} s; interpreting "
-              f"{input_path.name} ({src} -> {tgt}{', fast' if fast else ''})", flush=True)
+        print(f"voxweft: pipeline ready in {time.monotonic() - t0:.1f} s; {what}", flush=True)
         limit = time.monotonic() + (timeout_s or 3600)
         last_check = 0.0
-        while not collected.finished():
+        while not collector.finished():
             if time.monotonic() > limit:
                 code, reason = 1, f"timed out after {timeout_s:.0f} s"
                 break
             if sub.poll(200):
                 try:
-                    collected.add(decode(sub.recv_multipart()))
+                    collector.add(decode(sub.recv_multipart()))
                 except ProtocolError:
                     continue
             if time.monotonic() - last_check > 1.0:
@@ -205,6 +192,32 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
             print(f"voxweft: {exc}", file=sys.stderr)
         shutil.copytree(run_dir / "logs", out_dir / "logs", dirs_exist_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
+    return code, reason
+
+
+def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,
+              fast: bool, timeout_s: float | None = None) -> int:
+    """Run the pipeline on one file; return the exit code."""
+    if not input_path.is_file():
+        print(f"voxweft interpret: input {input_path} not found", file=sys.stderr)
+        return 2
+    try:   # fail before starting six processes when the file is not audio
+        import soundfile as sf
+
+        info = sf.info(str(input_path))
+    except (RuntimeError, OSError) as exc:
+        print(f"voxweft interpret: cannot read {input_path} as audio ({exc}); give a WAV, "
+              "FLAC, OGG or MP3 file", file=sys.stderr)
+        return 2
+    if info.frames == 0:
+        print(f"voxweft interpret: {input_path} holds no audio", file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    topology = file_topology(base, input_path.resolve(), out_dir.resolve(), src, tgt, fast)
+    collected = Collector()
+    code, reason = run_supervised(
+        topology, collected, WATCHED, out_dir, timeout_s,
+        f"interpreting {input_path.name} ({src} -> {tgt}{', fast' if fast else ''})")
     report = collected.write(out_dir, fast, src, tgt)
     if code:
         print(f"voxweft interpret: failed: {reason} (logs in {out_dir / 'logs'})",

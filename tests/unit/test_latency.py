@@ -5,19 +5,36 @@ from tools.latency import STAGES, percentile, summarize, utterance_latency
 S = 1_000_000_000
 
 
+def _trace(pairs):
+    return tuple((e, int(10 * S + t * S), None) for e, t in pairs)
+
+
 def test_utterance_latency_from_a_full_trace():
-    events = ["speech_end", "segment", "asr.recv", "asr.start", "asr.end", "mt.recv", "mt.start",
-              "mt.end", "tts.recv", "tts.start", "tts.first", "play.recv", "play.start"]
-    times = [0.0, 0.3, 0.31, 0.31, 1.11, 1.112, 1.112, 1.132, 1.14, 1.14, 1.54, 1.545, 1.55]
-    trace = tuple((e, int(10 * S + t * S), None) for e, t in zip(events, times, strict=True))
+    trace = _trace([
+        ("speech_end", 0.0), ("segment", 0.3),
+        ("asr.ready", 0.2), ("asr.recv", 0.31), ("asr.start", 0.31), ("asr.end", 1.11),
+        ("mt.ready", 1.0), ("mt.recv", 1.112), ("mt.start", 1.112), ("mt.end", 1.132),
+        # TTS was still speaking the previous utterance until 1.5: 0.368 s queued, 1 ms hop
+        ("tts.ready", 1.5), ("tts.recv", 1.501), ("tts.start", 1.501), ("tts.first", 1.9),
+        ("play.ready", 1.0), ("play.recv", 1.905), ("play.start", 1.95)])
     lat = utterance_latency(trace)
-    assert lat["speech_end_to_first_audio_s"] == 1.55
-    assert lat["segment_to_first_audio_s"] == 1.25
-    assert lat["stages_s"]["asr"] == 0.8
-    assert lat["stages_s"]["endpointing"] == 0.3
-    assert lat["stages_s"]["tts_first_chunk"] == 0.4
-    assert abs(sum(lat["stages_s"].values()) - 1.55) < 1e-6
-    assert len(lat["stages_s"]) == len(STAGES)
+    assert lat["speech_end_to_first_audio_s"] == 1.95
+    assert lat["segment_to_first_audio_s"] == 1.65
+    assert lat["stages_s"] == {
+        "endpointing": 0.3, "hop_segmenter_asr": 0.01, "asr_queue": 0.0, "asr": 0.8,
+        "hop_asr_mt": 0.002, "mt_queue": 0.0, "mt": 0.02,
+        "hop_mt_tts": 0.001, "tts_queue": 0.368, "tts_first_chunk": 0.399,
+        "hop_tts_player": 0.005, "player_wait": 0.045}
+    assert abs(sum(lat["stages_s"].values()) - 1.95) < 1e-6
+    assert list(lat["stages_s"]) == list(STAGES)
+
+
+def test_a_trace_without_ready_events_counts_the_wait_as_transit():
+    trace = _trace([("speech_end", 0.0), ("segment", 0.3), ("asr.recv", 0.5),
+                    ("asr.start", 0.5), ("asr.end", 1.0)])
+    stages = utterance_latency(trace)["stages_s"]
+    assert stages["hop_segmenter_asr"] == 0.2 and stages["asr_queue"] == 0.0
+    assert stages["asr"] == 0.5 and stages["mt"] is None
 
 
 def test_missing_events_give_none():

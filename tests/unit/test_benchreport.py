@@ -1,0 +1,236 @@
+"""tools/benchreport.py: Markdown, plots and comparison of bench reports."""
+
+import copy
+import json
+
+import pytest
+
+from tools import benchreport as br
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STAGES = ["endpointing", "hop_segmenter_asr", "asr_queue", "asr", "hop_asr_mt", "mt",
+          "hop_mt_tts", "tts_first_chunk", "hop_tts_player", "player_wait"]
+
+
+def _s(p50, p95=None, mx=None, n=3):
+    return {"n": n, "p50": p50, "p95": p95 if p95 is not None else p50 * 1.5,
+            "max": mx if mx is not None else p50 * 2}
+
+
+def _bus(p50, p99):
+    return {"sent": 1000, "received": 1000, "lost": 0, "p50_ms": p50, "p99_ms": p99,
+            "max_ms": p99 * 2, "mean_ms": p50, "rate_per_s": 50.0, "payload_bytes": 1024}
+
+
+def sample_report():
+    stage_times = [0.25, 0.002, 0.0, 0.31, 0.001, 0.12, 0.002, 0.18, 0.003, 0.0]
+    utterances = []
+    for i in range(3):
+        stages = {name: round(t * (1 + 0.2 * i), 4)
+                  for name, t in zip(STAGES, stage_times, strict=True)}
+        if i == 2:
+            stages["asr_queue"] = None          # a missing trace point
+        utterances.append({
+            "utt": f"u{i}", "file": f"clip{i}.wav", "media_start_s": 3.0 * i,
+            "media_end_s": 3.0 * i + 2.5, "text": "hello world", "translation": "olá mundo",
+            "back_text": "hello world", "played": True,
+            "speech_end_to_first_audio_s": round(sum(v or 0 for v in stages.values()), 4),
+            "segment_to_first_audio_s": 0.63, "stages_s": stages, "floor_s": 0.55,
+            "floor_stages_s": {"asr": 0.3, "mt": 0.1, "tts_first_chunk": 0.15},
+            "wall_s": 3.0 * i + 2.5})
+    t = [60.0 * k for k in range(31)]
+    return {
+        "schema": "voxweft-bench/1", "created": "2025-01-02T03:04:05Z",
+        "command": "voxweft bench --corpus samples --soak 30",
+        "host": {"platform": "Linux-6.1", "machine": "x86_64", "cpus": 16, "python": "3.12.3"},
+        "config": {"topology": "local", "corpus": "samples", "files": 3, "src_lang": "en",
+                   "tgt_lang": "pt", "fast": False, "pause_s": 1.0, "soak_minutes": 30,
+                   "engines": {"asr": "faster-whisper base", "mt": "ctranslate2 nllb",
+                               "tts": "piper"}},
+        "utterances": utterances,
+        "latency": {"speech_end_to_first_audio_s": _s(0.873), "segment_to_first_audio_s": _s(0.63),
+                    "stages_s": {name: _s(max(t, 0.001))
+                                 for name, t in zip(STAGES, stage_times, strict=True)}},
+        "longform": {"start_offset_s": 3.412, "end_offset_s": 1.205, "laal_ca_s": 2.318,
+                     "source_duration_s": 8.5, "output_words": 17},
+        "floor": {"pipeline_s": _s(0.873), "floor_s": _s(0.55), "ratio_p50": 1.587},
+        "bus": {"ipc": {"realtime": _bus(0.11, 0.42), "flood": _bus(0.9, 3.1)},
+                "tcp": {"realtime": _bus(0.16, 0.57), "flood": _bus(1.4, 4.4)}},
+        "quality": {"asr": {"wer": 0.0714, "substitutions": 1, "deletions": 0, "insertions": 0,
+                            "reference_words": 14},
+                    "mt": {"bleu": 41.27, "chrf": 63.5, "signature_bleu": "x",
+                           "signature_chrf": "y"},
+                    "round_trip": {"wer": 0.25, "chrf": 71.02, "utterances": 3}},
+        "resources": {"asr": {"peak_rss_mb": 612.4, "rss_mb": 600.1, "cpu_s": 41.2, "fds": 23,
+                              "threads": 9},
+                      "tts": {"peak_rss_mb": 301.0, "rss_mb": 290.5, "cpu_s": 12.7, "fds": 17,
+                              "threads": 5}},
+        "soak": {"minutes": 30,
+                 "latency_slope": {"slope_per_10min": 0.004, "ci95_per_10min": 0.011, "n": 31,
+                                   "distinguishable_from_zero": False},
+                 "rss_slope": {"asr": {"slope_per_10min": 1.5, "ci95_per_10min": 0.3, "n": 31,
+                                       "distinguishable_from_zero": True},
+                               "tts": {"slope_per_10min": None, "ci95_per_10min": None,
+                                       "n": 2, "distinguishable_from_zero": False}},
+                 "fds": {"asr": {"first": 23, "last": 23, "max": 24}},
+                 "queue_depth": {"max": 3, "mean": 0.42},
+                 "drops": {"player": {"late": 2}, "asr": {}},
+                 "series": {"latency": [[x, 0.85 + 0.0001 * x / 60 + 0.01 * (k % 3)]
+                                        for k, x in enumerate(t)],
+                            "rss_mb": {"asr": [[x, 600 + x / 400] for x in t],
+                                       "tts": [[x, 290.0] for x in t]},
+                            "fds": {"asr": [[x, 23] for x in t]},
+                            "queue_depth": [[x, k % 4] for k, x in enumerate(t)]}},
+        "targets": [{"name": "speech end -> first audio p50", "target": "<= 1.0 s",
+                     "goal": "interactive", "value": 0.873, "met": True},
+                    {"name": "bus ipc p99", "target": "<= 0.3 ms", "goal": "cheap hops",
+                     "value": 0.42, "met": False},
+                    {"name": "LAAL_CA", "target": "<= 3 s", "goal": None, "value": None,
+                     "met": None}],
+    }
+
+
+# ---------------------------------------------------------------------------- markdown
+
+
+def test_markdown_full_report_has_key_figures():
+    md = br.markdown(sample_report())
+    for needle in ("voxweft bench --corpus samples --soak 30", "asr=faster-whisper base",
+                   "## Targets", "| speech end -> first audio p50 | <= 1.0 s | interactive | "
+                   "0.873 | yes |", "**NO**", "## Latency (s)", "| speech end -> first audio | 3 "
+                   "| 0.873 |", "tts_first_chunk", "ratio p50 1.59", "## Bus",
+                   "| tcp | flood |", "4.400", "WER 0.0714", "BLEU 41.27", "chrF 63.50",
+                   "round trip WER 0.2500", "## Resources", "612.4", "StartOffset 3.412 s",
+                   "LAAL_CA 2.318 s", "## Soak (30 min)", "flat within noise", "drifting",
+                   "player late=2", "max 3"):
+        assert needle in md, needle
+    assert md.count("\n") < 80          # compact
+
+
+def test_markdown_tolerates_missing_sections():
+    for report in ({}, {"schema": "voxweft-bench/1"}, {"latency": None, "bus": None,
+                                                       "quality": None, "soak": None,
+                                                       "host": None, "config": None,
+                                                       "targets": None, "resources": None}):
+        md = br.markdown(report)
+        assert md.startswith("# voxweft bench") and "-" in md
+    r = sample_report()
+    r["latency"]["stages_s"]["asr"] = None
+    r["quality"]["mt"] = None
+    r["quality"]["asr"]["wer"] = None
+    r["bus"]["tcp"] = None
+    r["soak"]["latency_slope"] = None
+    r["resources"]["asr"] = {"peak_rss_mb": None}
+    r["config"]["engines"] = None
+    r["schema"] = "voxweft-bench/2"
+    md = br.markdown(r)
+    assert "| ipc | realtime |" in md and "MT BLEU -, chrF -" in md and "warning: schema" in md
+
+
+# ---------------------------------------------------------------------------- plots
+
+
+def _png_ok(path):
+    data = path.read_bytes()
+    return data[:8] == PNG_MAGIC and len(data) > 1024
+
+
+def test_plot_timeline_writes_png(tmp_path):
+    path = tmp_path / "timeline.png"
+    br.plot_timeline(sample_report(), path)
+    assert _png_ok(path)
+    empty = tmp_path / "empty.png"
+    br.plot_timeline({"utterances": None}, empty)
+    assert _png_ok(empty)
+
+
+def test_plot_soak_writes_png(tmp_path):
+    path = tmp_path / "soak.png"
+    br.plot_soak(sample_report(), path)
+    assert _png_ok(path)
+    empty = tmp_path / "nosoak.png"
+    br.plot_soak({"soak": None}, empty)
+    assert _png_ok(empty)
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def _line(text, prefix):
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    assert len(lines) == 1, (prefix, text)
+    return lines[0]
+
+
+def test_compare_identical_has_no_regression():
+    r = sample_report()
+    text = br.compare(r, copy.deepcopy(r))
+    assert br.REGRESSION not in text and "warning" not in text
+    assert text.rstrip().endswith("0 regression(s)")
+    assert _line(text, "latency speech_end_to_first_audio_s p50:") == (
+        "latency speech_end_to_first_audio_s p50: 0.8730 -> 0.8730 (+0.0000, +0.0 %)")
+
+
+def test_compare_flags_regressions():
+    old, new = sample_report(), sample_report()
+    new["latency"]["speech_end_to_first_audio_s"]["p50"] = 1.0476     # +20 %
+    new["latency"]["stages_s"]["asr"]["p50"] = 0.32                   # +3.2 %, within 10 %
+    new["bus"]["tcp"]["flood"]["p99_ms"] = 5.5                        # +25 %
+    new["quality"]["mt"]["chrf"] = 60.0                               # down
+    new["quality"]["asr"]["wer"] = 0.05                               # better
+    new["resources"]["asr"]["peak_rss_mb"] = 700.0                    # +14 %
+    new["resources"]["tts"]["cpu_s"] = 10.0                           # better
+    text = br.compare(old, new)
+    line = _line(text, "latency speech_end_to_first_audio_s p50:")
+    assert line.startswith("latency speech_end_to_first_audio_s p50: 0.8730 -> 1.0476 "
+                           "(+0.1746, +20.0 %)") and br.REGRESSION in line
+    assert br.REGRESSION not in _line(text, "stage asr p50:")
+    assert br.REGRESSION in _line(text, "bus tcp flood p99_ms:")
+    assert br.REGRESSION in _line(text, "quality mt chrf:")
+    assert br.REGRESSION not in _line(text, "quality asr wer:")
+    assert br.REGRESSION in _line(text, "resources asr peak_rss_mb:")
+    assert br.REGRESSION not in _line(text, "resources tts cpu_s:")
+    assert text.rstrip().endswith("4 regression(s)")
+
+
+def test_compare_missing_keys_and_other_schema():
+    old, new = sample_report(), sample_report()
+    del new["latency"]["stages_s"]["player_wait"]
+    new["quality"]["round_trip"] = None
+    new["bus"] = None
+    new["resources"]["mt"] = {"peak_rss_mb": 250.0, "cpu_s": 3.0}
+    old["schema"] = "voxweft-bench/0"
+    del old["floor"]
+    text = br.compare(old, new)
+    assert text.startswith("warning: schema old 'voxweft-bench/0', new 'voxweft-bench/1'")
+    assert _line(text, "stage player_wait p50:").endswith("(missing)")
+    assert _line(text, "bus ipc realtime p99_ms:") == (
+        "bus ipc realtime p99_ms: 0.4200 -> - (missing)")
+    assert _line(text, "floor ratio_p50:") == "floor ratio_p50: - -> 1.5870 (missing)"
+    assert "resources mt peak_rss_mb: - -> 250.0000 (missing)" in text
+    assert br.compare({}, {}).startswith("warning")
+    assert br.compare(None, {"latency": {"stages_s": None}}).rstrip().endswith("0 regression(s)")
+
+
+def test_compare_zero_old_value():
+    old, new = sample_report(), sample_report()
+    old["latency"]["stages_s"]["asr_queue"]["p50"] = 0.0
+    new["latency"]["stages_s"]["asr_queue"]["p50"] = 0.01
+    line = _line(br.compare(old, new), "stage asr_queue p50:")
+    assert "n/a %" in line and br.REGRESSION in line
+
+
+def test_main_prints_markdown_and_comparison(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(sample_report()))
+    assert br.main([str(path), "--timeline", str(tmp_path / "t.png")]) == 0
+    assert "## Latency (s)" in capsys.readouterr().out
+    assert _png_ok(tmp_path / "t.png")
+    assert br.main([str(path), "--compare", str(path)]) == 0
+    assert "0 regression(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, text", [(None, "-"), (True, "yes"), (3, "3"), (0.12345, "0.123"),
+                                         ("a|b", "a/b"), ([1, None], "1, -")])
+def test_fmt(value, text):
+    assert br._fmt(value) == text

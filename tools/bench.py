@@ -1,0 +1,498 @@
+"""`voxweft bench`: the real pipeline on a corpus, measured; a JSON report, Markdown and plots.
+
+One run does, in order:
+
+1. Joins the corpus's audio files (`NAME.wav`, optional `NAME.txt` transcript and
+   `NAME.<tgt>.txt` translation references) into one session, 16 kHz mono, `pause_s` of
+   silence after each file (looped for `--soak MINUTES`), and interprets it with the real
+   supervised pipeline of the active topology (real time, or `--fast`), collecting every
+   transcript, translation, speech chunk, playback event and status heartbeat from the bus.
+2. Stops the pipeline, then runs the in-process floor (`tools.benchfloor`) on the same
+   segments with the same engines, and transcribes the spoken translations back.
+3. Measures the bus alone (`tools.busbench`): 20 ms frames over ipc and tcp.
+4. Computes latency, quality, resources and soak trends and writes `report.json` (schema
+   "voxweft-bench/1", described in the README), `report.md`, `timeline.png` and, with
+   `--soak`, `soak.png`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from deploy.topology import Topology
+from protocol.messages import SpeechChunk, Status, VadEvent, trace_ns
+from tools import benchmetrics, benchreport
+from tools.interpret import WATCHED, Collector, file_topology, run_supervised
+from tools.latency import STAGES, summarize, utterance_latency
+
+SCHEMA = "voxweft-bench/1"
+RATE = 16_000
+AUDIO = (".wav", ".flac", ".ogg", ".mp3")
+LEAD_S = 0.5                 # silence before the first file
+SAMPLE_EVERY_S = 5.0         # soak series: one point per actor this often
+#: Counters that mean something was lost, refused or broken.
+DROP_WORDS = ("gap", "overflow", "drop", "bad_", "error", "filled", "refused", "disconnect",
+              "lost", "incomplete")
+
+
+class BenchError(Exception):
+    """The bench cannot run as asked; the message says what to do."""
+
+
+@dataclass
+class Item:
+    """One corpus file and its references."""
+
+    name: str
+    path: Path
+    ref_text: str | None
+    ref_translation: str | None
+
+
+@dataclass
+class Placed:
+    """One occurrence of an item in the session, in session seconds."""
+
+    item: Item
+    start_s: float
+    end_s: float
+
+
+def corpus_items(corpus: Path, tgt: str, limit: int | None = None) -> list[Item]:
+    """The corpus's audio files, sorted by name, with their reference texts where present."""
+    if not corpus.is_dir():
+        raise BenchError(f"corpus {corpus} is not a folder of audio files")
+    items = []
+    for path in sorted(p for p in corpus.iterdir() if p.suffix.lower() in AUDIO):
+        text = path.with_suffix(".txt")
+        translation = path.with_suffix(f".{tgt}.txt")
+        items.append(Item(path.stem, path,
+                          text.read_text(encoding="utf-8").strip() if text.is_file() else None,
+                          translation.read_text(encoding="utf-8").strip()
+                          if translation.is_file() else None))
+    if not items:
+        raise BenchError(f"no audio files ({', '.join(AUDIO)}) in {corpus}")
+    return items[:limit] if limit else items
+
+
+def build_session(items: list[Item], pause_s: float, soak_minutes: float | None,
+                  path: Path) -> tuple[list[Placed], float]:
+    """Write the session WAV (16 kHz mono); return where each file is and the duration."""
+    import soundfile as sf
+    import soxr
+
+    clips = []
+    for item in items:
+        try:
+            audio, rate = sf.read(str(item.path), dtype="float32", always_2d=True)
+        except (RuntimeError, OSError) as exc:
+            raise BenchError(f"cannot read {item.path} as audio ({exc})") from exc
+        mono = audio.mean(axis=1)
+        clips.append(soxr.resample(mono, rate, RATE) if rate != RATE else mono)
+    pause = np.zeros(int(pause_s * RATE), np.float32)
+    parts = [np.zeros(int(LEAD_S * RATE), np.float32)]
+    placed: list[Placed] = []
+    n = len(parts[0])
+    want = (soak_minutes or 0) * 60 * RATE
+    while True:
+        for item, clip in zip(items, clips, strict=True):
+            placed.append(Placed(item, n / RATE, (n + len(clip)) / RATE))
+            parts += [clip.astype(np.float32), pause]
+            n += len(clip) + len(pause)
+        if n >= want:
+            break
+    session = np.concatenate(parts)
+    sf.write(str(path), session, RATE, subtype="PCM_16")
+    return placed, len(session) / RATE
+
+
+class BenchCollector(Collector):
+    """interpret's collector, plus heartbeats, commit times, discards and the spoken audio."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commit_ns: dict[str, int] = {}
+        self.statuses: dict[str, list[Status]] = {}
+        self.speech: dict[str, list[np.ndarray]] = {}
+        self.speech_rate: dict[str, int] = {}
+
+    def add(self, msg) -> None:
+        """Record one message."""
+        super().add(msg)
+        if isinstance(msg, VadEvent) and msg.event == "end":
+            self.commit_ns[msg.utt] = msg.sent_ns
+        elif isinstance(msg, Status):
+            self.statuses.setdefault(msg.src, []).append(msg)
+        elif isinstance(msg, SpeechChunk) and len(msg.pcm):
+            self.speech.setdefault(msg.utt, []).append(np.asarray(msg.pcm, np.float32))
+            self.speech_rate[msg.utt] = msg.sample_rate
+
+
+def _session_start_ns(collected: BenchCollector) -> int | None:
+    """Wall ns of session media time 0, from any trace's capture event."""
+    for msg in list(collected.transcripts.values()) + list(collected.started.values()):
+        for name, wall, media in msg.trace:
+            if name == "capture" and media is not None:
+                return wall - int(media * 1e9)
+    return None
+
+
+def _assign(placed: list[Placed], start_s: float, end_s: float) -> int | None:
+    """Index of the placed file this utterance overlaps most (None: none)."""
+    best, best_overlap = None, 0.0
+    for i, p in enumerate(placed):
+        overlap = min(end_s, p.end_s) - max(start_s, p.start_s)
+        if overlap > best_overlap:
+            best, best_overlap = i, overlap
+    return best
+
+
+def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np.ndarray,
+           src: str, tgt: str) -> dict:
+    """Run tools.benchfloor in a child process with an actor's thread limits."""
+    frozen = out / "topology.toml"
+    frozen.write_text(topology.dumps(), encoding="utf-8")
+    arrays: dict[str, np.ndarray] = {}
+    segments, spoken = [], {}
+    for utt in collected.committed:
+        t = collected.transcripts.get(utt)
+        if t is None:
+            continue
+        a, b = int(round(t.media_start_s * RATE)), int(round(t.media_end_s * RATE))
+        arrays[f"seg_{utt}"] = session[a:b]
+        segments.append(utt)
+        if collected.speech.get(utt):
+            arrays[f"spk_{utt}"] = np.concatenate(collected.speech[utt])
+            spoken[utt] = collected.speech_rate[utt]
+    meta = {"topology": str(frozen), "src_lang": src, "tgt_lang": tgt,
+            "segments": segments, "spoken": spoken}
+    job = out / "floor-job.npz"
+    np.savez(job, meta=np.array(json.dumps(meta)), **arrays)
+    threads = str(max(topology.actors[a].threads for a in ("asr", "mt", "tts")))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+           "MKL_NUM_THREADS": threads}
+    result_path = out / "floor.json"
+    print(f"voxweft bench: in-process floor on {len(segments)} segment(s)", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "tools.benchfloor", str(job), str(result_path)],
+                          env=env, cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=3600)
+    job.unlink(missing_ok=True)
+    if proc.returncode:
+        (out / "floor.log").write_text(proc.stdout + proc.stderr)
+        raise BenchError(f"the in-process floor failed (see {out / 'floor.log'}): "
+                         f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(result_path.read_text())
+
+
+def _engines(topology: Topology) -> dict[str, str]:
+    out = {}
+    for name in ("asr", "mt", "tts"):
+        cfg = topology.actors[name]
+        settings = ", ".join(f"{k}={v}" for k, v in sorted(cfg.engine_settings().items()))
+        out[name] = f"{cfg.engine} ({settings})"
+    for name in ("capture", "segmenter", "player"):
+        cfg = topology.actors[name]
+        out[name] = getattr(cfg, "source", None) or getattr(cfg, "sink", None) or "silero"
+    return out
+
+
+def _resources(statuses: dict[str, list[Status]]) -> dict:
+    out = {}
+    for actor, seen in sorted(statuses.items()):
+        with_res = [s for s in seen if s.resources]
+        if not with_res:
+            continue
+        last = with_res[-1].resources
+        ready = next((s.resources for s in with_res if s.state != "loading"), last)
+        out[actor] = {
+            "peak_rss_mb": round(max(s.resources.get("peak_rss_kb", 0) for s in with_res)
+                                 / 1024, 1),
+            "rss_mb": round(last.get("rss_kb", 0) / 1024, 1),
+            "cpu_s": round(last.get("cpu_ms", 0) / 1000, 2),
+            "cpu_s_after_ready": round((last.get("cpu_ms", 0) - ready.get("cpu_ms", 0))
+                                       / 1000, 2),
+            "fds": last.get("fds"), "threads": last.get("threads"),
+        }
+    return out
+
+
+def _drops(statuses: dict[str, list[Status]]) -> dict:
+    out = {}
+    for actor, seen in sorted(statuses.items()):
+        counters = seen[-1].counters if seen else {}
+        out[actor] = {k: v for k, v in sorted(counters.items())
+                      if v and any(w in k for w in DROP_WORDS)}
+    return out
+
+
+def _soak(collected: BenchCollector, rows: list[dict], t0_ns: int, minutes: float) -> dict:
+    """Latency, RSS, descriptors and pipeline queue depth over time, and their trends."""
+    latency = [[r["wall_s"], r["speech_end_to_first_audio_s"]] for r in rows
+               if r.get("wall_s") is not None and r.get("speech_end_to_first_audio_s")]
+    rss: dict[str, list] = {}
+    fds: dict[str, list] = {}
+    for actor, seen in collected.statuses.items():
+        last_t = -SAMPLE_EVERY_S
+        for s in seen:
+            t = (s.sent_ns - t0_ns) / 1e9
+            if t < 0 or not s.resources or s.state == "loading" or t - last_t < SAMPLE_EVERY_S:
+                continue
+            last_t = t
+            rss.setdefault(actor, []).append([round(t, 1),
+                                              round(s.resources["rss_kb"] / 1024, 1)])
+            if "fds" in s.resources:
+                fds.setdefault(actor, []).append([round(t, 1), s.resources["fds"]])
+    # Pipeline queue depth: utterances committed but not yet heard.
+    spans = []
+    for utt, commit in collected.commit_ns.items():
+        ev = collected.started.get(utt)
+        heard = (trace_ns(ev.trace, "play.start") or ev.sent_ns) if ev else None
+        spans.append(((commit - t0_ns) / 1e9,
+                      (heard - t0_ns) / 1e9 if heard else float("inf")))
+    end_s = max([b for _a, b in spans if b != float("inf")] + [0.0])
+    queue = [[round(t, 1), sum(1 for a, b in spans if a <= t < b)]
+             for t in np.arange(0.0, end_s + SAMPLE_EVERY_S, SAMPLE_EVERY_S)]
+    depths = [d for _t, d in queue]
+    return {
+        "minutes": minutes,
+        "latency_slope": benchmetrics.slope_per_10min([t for t, _ in latency],
+                                                      [v for _, v in latency]),
+        "rss_slope": {a: benchmetrics.slope_per_10min([t for t, _ in pts], [v for _, v in pts])
+                      for a, pts in sorted(rss.items())},
+        "fds": {a: {"first": pts[0][1], "last": pts[-1][1], "max": max(v for _, v in pts)}
+                for a, pts in sorted(fds.items())},
+        "queue_depth": {"max": max(depths, default=0),
+                        "mean": round(float(np.mean(depths)), 3) if depths else 0},
+        "drops": _drops(collected.statuses),
+        "series": {"latency": latency, "rss_mb": rss, "fds": fds, "queue_depth": queue},
+    }
+
+
+def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
+            floor: dict, bus: dict | None, fast: bool, soak_minutes: float | None) -> dict:
+    """Everything in the report but its header: latency, floor, quality, resources, soak."""
+    t0_ns = _session_start_ns(collected)
+    floor_rows = floor.get("floor", {})
+    rows = []
+    for utt in collected.committed:
+        t = collected.transcripts.get(utt)
+        tr = collected.translations.get(utt)
+        ev = collected.started.get(utt) or collected.ended.get(utt)
+        where = _assign(placed, t.media_start_s, t.media_end_s) if t else None
+        lat = utterance_latency(ev.trace) if ev else {
+            "speech_end_to_first_audio_s": None, "segment_to_first_audio_s": None,
+            "stages_s": dict.fromkeys(STAGES)}
+        speech_end = trace_ns(ev.trace if ev else (t.trace if t else ()), "speech_end")
+        f = floor_rows.get(utt, {})
+        rows.append({
+            "utt": utt, "file": placed[where].item.name if where is not None else None,
+            "placed": where,
+            "media_start_s": round(t.media_start_s, 3) if t else None,
+            "media_end_s": round(t.media_end_s, 3) if t else None,
+            "text": t.text if t else None, "translation": tr.text if tr else None,
+            "back_text": floor.get("back", {}).get(utt),
+            "played": utt in collected.started, **lat,
+            "pipeline_s": _pipeline_s(ev.trace, lat["stages_s"]) if ev else None,
+            "floor_s": f.get("total"),
+            "floor_stages_s": {k: f.get(k) for k in ("asr", "mt", "tts_first_chunk")},
+            "wall_s": round((speech_end - t0_ns) / 1e9, 3) if speech_end and t0_ns else None,
+            "played_s": _played_s(collected, utt),
+        })
+    latency = {key: summarize([r[key] for r in rows])
+               for key in ("speech_end_to_first_audio_s", "segment_to_first_audio_s")}
+    latency["stages_s"] = {name: summarize([r["stages_s"][name] for r in rows])
+                           for name in STAGES}
+    pipeline = summarize([r["pipeline_s"] for r in rows])
+    floor_s = summarize([r["floor_s"] for r in rows])
+    ratio = (round(pipeline["p50"] / floor_s["p50"], 3)
+             if pipeline["p50"] and floor_s["p50"] else None)
+    report = {
+        "utterances": rows,
+        "latency": latency,
+        "longform": None if fast else _longform(collected, rows, placed, duration_s, t0_ns),
+        "floor": {"pipeline_s": pipeline, "floor_s": floor_s, "ratio_p50": ratio,
+                  "load_s": floor.get("load_s")},
+        "bus": bus,
+        "quality": _quality(rows, placed, floor),
+        "resources": _resources(collected.statuses),
+        "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
+    }
+    report["targets"] = _targets(report)
+    return report
+
+
+def _pipeline_s(trace, stages: dict) -> float | None:
+    """Segment commit -> first chunk at the player, less queueing behind earlier work.
+
+    That is the work the floor does, done by separate processes over the bus.
+    """
+    seg, recv = trace_ns(trace, "segment"), trace_ns(trace, "play.recv")
+    if seg is None or recv is None:
+        return None
+    queued = sum(stages.get(k) or 0.0 for k in ("asr_queue", "mt_queue", "tts_queue"))
+    return round((recv - seg) / 1e9 - queued, 4)
+
+
+def _played_s(collected: BenchCollector, utt: str) -> float | None:
+    start, end = collected.started.get(utt), collected.ended.get(utt)
+    if not start or not end:
+        return None
+    a, b = trace_ns(start.trace, "play.start"), trace_ns(end.trace, "play.end")
+    return round((b - a) / 1e9, 3) if a and b else None
+
+
+def _longform(collected: BenchCollector, rows: list[dict], placed: list[Placed],
+              duration_s: float, t0_ns: int | None) -> dict | None:
+    """Start/end offset and computation-aware LAAL of the spoken translation (real time)."""
+    if t0_ns is None:
+        return None
+    segments = []
+    for r in rows:
+        ev = collected.started.get(r["utt"])
+        if not ev or not r["translation"] or r["played_s"] is None:
+            continue
+        emit_s = (trace_ns(ev.trace, "play.start") - t0_ns) / 1e9
+        segments.append((emit_s, r["played_s"], len(r["translation"].split())))
+    if not segments:
+        return None
+    refs = [p.item.ref_translation for p in placed]
+    ref_words = (sum(len(r.split()) for r in refs) if all(refs) else None)
+    return benchmetrics.longform(duration_s, sorted(segments), ref_words)
+
+
+def _quality(rows: list[dict], placed: list[Placed], floor: dict) -> dict:
+    by_placed: dict[int, list[dict]] = {}
+    for r in rows:
+        if r["placed"] is not None:
+            by_placed.setdefault(r["placed"], []).append(r)
+    asr_refs, asr_hyps, mt_refs, mt_hyps = [], [], [], []
+    for i, p in enumerate(placed):
+        got = by_placed.get(i, [])
+        if p.item.ref_text is not None:
+            asr_refs.append(p.item.ref_text)
+            asr_hyps.append(" ".join(r["text"] or "" for r in got))
+        if p.item.ref_translation is not None:
+            mt_refs.append(p.item.ref_translation)
+            mt_hyps.append(" ".join(r["translation"] or "" for r in got))
+    asr = benchmetrics.wer(asr_refs, asr_hyps) if asr_refs else None
+    if asr:
+        asr["files"] = len(asr_refs)
+    mt = benchmetrics.mt_scores(mt_hyps, mt_refs) if mt_refs else None
+    if mt:
+        mt["files"] = len(mt_refs)
+    pairs = [(r["translation"], r["back_text"]) for r in rows
+             if r["translation"] and r["back_text"] is not None]
+    if pairs:
+        said, heard = [a for a, _ in pairs], [b for _, b in pairs]
+        round_trip = {**benchmetrics.wer(said, heard),
+                      "chrf": benchmetrics.mt_scores(heard, said)["chrf"],
+                      "utterances": len(pairs)}
+    else:
+        round_trip = {"skipped": floor.get("round_trip_skipped") or "nothing was spoken"}
+    return {"asr": asr, "mt": mt, "round_trip": round_trip}
+
+
+def _targets(report: dict) -> list[dict]:
+    def row(name, target, goal, value, lower_is_better=True):
+        met = None if value is None else (value <= target if lower_is_better else value)
+        return {"name": name, "target": target, "goal": goal, "value": value, "met": met}
+
+    out = [
+        row("end of speech -> first audio p50 (s)", 1.5, 1.0,
+            report["latency"]["speech_end_to_first_audio_s"]["p50"]),
+        row("pipeline / in-process floor (p50)", 1.10, 1.03, report["floor"]["ratio_p50"]),
+    ]
+    for transport in ("ipc", "tcp"):
+        rt = ((report.get("bus") or {}).get(transport) or {}).get("realtime") or {}
+        out.append(row(f"bus hop p99 at real-time rate, {transport} (ms)", 1.0, None,
+                       rt.get("p99_ms")))
+    soak = report.get("soak")
+    if soak:
+        slope = soak["latency_slope"]
+        out.append({"name": "soak: latency slope (s per 10 min)", "target": "0 within 95 % CI",
+                    "goal": None, "value": slope.get("slope_per_10min"),
+                    "met": None if slope.get("slope_per_10min") is None
+                    else not slope["distinguishable_from_zero"]})
+        grow = {a: s for a, s in soak["rss_slope"].items() if s.get("slope_per_10min") is not None}
+        worst = max(grow.items(), key=lambda kv: kv[1]["slope_per_10min"], default=None)
+        out.append({"name": "soak: largest RSS slope (MB per 10 min)",
+                    "target": "0 within 95 % CI", "goal": None,
+                    "value": f"{worst[0]} {worst[1]['slope_per_10min']}" if worst else None,
+                    "met": None if not worst else not any(
+                        s["distinguishable_from_zero"] and s["slope_per_10min"] > 0
+                        for s in grow.values())})
+    return out
+
+
+def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: bool,
+          pause_s: float = 1.0, soak_minutes: float | None = None, limit: int | None = None,
+          bus_seconds: float = 10.0, bus_frames: int = 20000, command: str = "") -> dict:
+    """Run the whole bench; write the report files into `out`; return the report."""
+    items = corpus_items(corpus, tgt, limit)
+    out.mkdir(parents=True, exist_ok=True)
+    session_path = out / "session.wav"
+    placed, duration_s = build_session(items, pause_s, soak_minutes, session_path)
+    print(f"voxweft bench: {len(items)} file(s), session {duration_s:.1f} s"
+          f"{' (soak)' if soak_minutes else ''} -> {session_path}", flush=True)
+    topology = file_topology(base, session_path.resolve(), out.resolve(), src, tgt, fast)
+    collected = BenchCollector()
+    limit_s = (duration_s / (50 if fast else 1)) + 300 + 10 * len(placed)
+    code, reason = run_supervised(topology, collected,
+                                  [*WATCHED, b"status.", b"speech."], out, limit_s,
+                                  f"benchmarking {len(placed)} file(s)")
+    if code:
+        raise BenchError(f"the pipeline failed: {reason} (logs in {out / 'logs'})")
+    import soundfile as sf
+
+    session, _ = sf.read(str(session_path), dtype="float32")
+    floor = _floor(out, topology, collected, session, src, tgt)
+    bus = None
+    if bus_seconds > 0:
+        from tools import busbench
+
+        print("voxweft bench: bus hops (ipc, tcp; real time and flood)", flush=True)
+        bus = busbench.run_all(bus_seconds, bus_frames)
+    report = {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": command,
+        "host": {"platform": platform.platform(), "machine": platform.machine(),
+                 "cpus": os.cpu_count(), "python": platform.python_version()},
+        "config": {"topology": base.source, "corpus": str(corpus), "files": len(items),
+                   "src_lang": src, "tgt_lang": tgt, "fast": fast, "pause_s": pause_s,
+                   "soak_minutes": soak_minutes, "session_s": round(duration_s, 2),
+                   "engines": _engines(topology)},
+        **analyse(collected, placed, duration_s, floor, bus, fast, soak_minutes),
+    }
+    write(report, out)
+    return report
+
+
+def write(report: dict, out: Path) -> None:
+    """report.json, report.md, timeline.png and (soak) soak.png."""
+    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    (out / "report.md").write_text(benchreport.markdown(report), encoding="utf-8")
+    benchreport.plot_timeline(report, out / "timeline.png")
+    if report.get("soak"):
+        benchreport.plot_soak(report, out / "soak.png")
+
+
+def load_report(path: Path) -> dict:
+    """A report written by an earlier run."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"cannot read bench report {path}: {exc}") from exc
+    if not isinstance(report, dict) or "schema" not in report:
+        raise BenchError(f"{path} is not a voxweft bench report (no 'schema' key)")
+    return copy.deepcopy(report)

@@ -1,0 +1,320 @@
+"""Benchmark metrics for ``voxweft bench``: pure functions, no I/O.
+
+These docstrings are the documented definitions of the figures in a bench report:
+
+- ASR quality: corpus word error rate after :func:`normalize_text` (:func:`wer`).
+- MT quality: sacrebleu corpus BLEU and chrF with default settings (:func:`mt_scores`).
+- Long-form latency of the spoken output, as SimulEval defines it for speech output
+  (facebookresearch/SimulEval, ``simuleval/evaluator/instance.py``, ``SpeechOutputInstance``,
+  and ``simuleval/evaluator/scorers/latency_scorer.py``): :func:`playback_schedule`,
+  :func:`start_offset`, :func:`end_offset`, :func:`word_delays`, :func:`laal`,
+  :func:`longform`. Times are in seconds (SimulEval uses milliseconds; the definitions are
+  the same).
+- Drift over a soak run: :func:`slope_per_10min`.
+
+An output speech segment is a tuple ``(emit_s, duration_s, words)``: ``emit_s`` is the time
+(seconds since the source started, wall clock, hence computation aware) at which the segment
+became available to play, ``duration_s`` its audio length and ``words`` the number of target
+words it speaks. Segments are played in the order given (the order they were emitted).
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Apostrophe look-alikes mapped to ASCII "'" before anything else.
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u02bc": "'",
+                              "\u00b4": "'", "\u2032": "'"})
+
+#: Word-boundary conventions for word delays (SimulEval's SpeechAlign scorers use the same three).
+BOUNDARIES = ("BOW", "COW", "EOW")
+
+#: Two-sided 95 % Student t critical values, t_{0.975, df}, df = 1..30.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+Segment = tuple[float, float, int]
+
+
+# --------------------------------------------------------------------------------------------
+# Text quality
+
+
+def _is_word_char(c: str) -> bool:
+    return unicodedata.category(c)[0] in "LNM"
+
+
+def normalize_text(text: str) -> str:
+    """Normalise a transcript for WER.
+
+    Definition, applied in this order:
+
+    1. Unicode NFKC, then ``str.casefold`` (lower case; "ß" becomes "ss").
+    2. Apostrophe variants (U+2019 ’, U+2018 ‘, backtick, U+02BC ʼ, U+00B4 ´, U+2032 ′)
+       become ASCII ``'``.
+    3. An apostrophe is kept only inside a word (a letter, digit or combining mark on both
+       sides: "don't", "l'été"); elsewhere it becomes a space ("'quoted'" -> "quoted").
+    4. Every other punctuation character (Unicode category P*, which includes hyphens and
+       dashes), every symbol (category S*: "+", "$", "€", "°", "−" ...) and every control
+       or format character becomes a space: "well-known" -> "well known".
+    5. Whitespace runs collapse to one space; leading and trailing whitespace is stripped.
+
+    Letters keep their accents ("não", "está"). Numbers are left as written: "1850" and
+    "eighteen fifty" are different words and count as an error, and "3.5" becomes "3 5".
+    """
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES)
+    out = []
+    for i, c in enumerate(text):
+        if c == "'":
+            inside = (0 < i < len(text) - 1 and _is_word_char(text[i - 1])
+                      and _is_word_char(text[i + 1]))
+            out.append(c if inside else " ")
+        elif unicodedata.category(c)[0] in "PSC":
+            out.append(" ")
+        else:
+            out.append(c)
+    return " ".join("".join(out).split())
+
+
+def wer(references: Sequence[str], hypotheses: Sequence[str]) -> dict:
+    """Corpus word error rate (jiwer) after :func:`normalize_text`.
+
+    Definition: both sides are normalised; pairs whose reference normalises to empty are
+    skipped (they have no words to get wrong); a missing or empty hypothesis counts as the
+    deletion of every reference word. With S substitutions, D deletions, I insertions and N
+    reference words summed over the corpus (minimum edit alignment per pair),
+    ``WER = (S + D + I) / N``, rounded to 4 decimals. Returns ``{"wer", "substitutions",
+    "deletions", "insertions", "reference_words"}``; ``wer`` is None when no reference has
+    words.
+    """
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
+    refs, hyps = [], []
+    for ref, hyp in zip(references, hypotheses, strict=True):
+        ref_n = normalize_text(ref or "")
+        if ref_n:
+            refs.append(ref_n)
+            hyps.append(normalize_text(hyp or ""))
+    result = {"wer": None, "substitutions": 0, "deletions": 0, "insertions": 0,
+              "reference_words": sum(len(r.split()) for r in refs)}
+    if not refs:
+        return result
+    import jiwer
+
+    out = jiwer.process_words(refs, hyps)
+    result.update(wer=round(float(out.wer), 4), substitutions=out.substitutions,
+                  deletions=out.deletions, insertions=out.insertions)
+    return result
+
+
+def mt_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """Corpus BLEU and chrF with sacrebleu's default settings (one reference per segment).
+
+    Definition: ``sacrebleu.metrics.BLEU()`` (13a tokenisation, exponential smoothing, mixed
+    case) and ``sacrebleu.metrics.CHRF()`` (chrF2: character 6-grams, beta 2, no word
+    n-grams) over the whole corpus, on the raw text (no :func:`normalize_text`). Scores are
+    0..100, rounded to 2 decimals; the signatures say exactly what was computed. Missing
+    texts count as empty. Returns ``{"bleu", "chrf", "signature_bleu", "signature_chrf"}``,
+    all None for an empty corpus.
+    """
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        return {"bleu": None, "chrf": None, "signature_bleu": None, "signature_chrf": None}
+    from sacrebleu.metrics import BLEU, CHRF
+
+    hyps = [h or "" for h in hypotheses]
+    refs = [[r or "" for r in references]]
+    bleu, chrf = BLEU(), CHRF()
+    b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
+    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2),
+            "signature_bleu": str(bleu.get_signature()),
+            "signature_chrf": str(chrf.get_signature())}
+
+
+# --------------------------------------------------------------------------------------------
+# Long-form latency of speech output (SimulEval definitions)
+
+
+def playback_schedule(segments: Sequence[Segment]) -> list[tuple[float, float]]:
+    """When each output segment is heard: ``[(start_s, end_s), ...]``, one per segment.
+
+    Definition (SimulEval ``SpeechOutputInstance.summarize``, its ``intervals``): segments are
+    played one after another in emission order and never overlap; the first starts when it is
+    emitted and each later one starts at ``max(emit_s, end of the previous one)``, so a
+    segment emitted while the previous one is still playing waits for it, and a gap (a
+    discontinuity, silence) appears when the output waits for the source.
+    ``end_s = start_s + duration_s``.
+    """
+    schedule: list[tuple[float, float]] = []
+    prev_end = None
+    for emit, duration, _words in segments:
+        if duration < 0:
+            raise ValueError(f"negative segment duration {duration}")
+        start = emit if prev_end is None else max(emit, prev_end)
+        prev_end = start + duration
+        schedule.append((start, prev_end))
+    return schedule
+
+
+def start_offset(source_duration_s: float, segments: Sequence[Segment]) -> float | None:
+    """StartOffset: when the first output speech starts, in seconds since the source started.
+
+    Definition (SimulEval ``StartOffsetScorer``: ``delays[0]``; for speech output the first
+    interval starts at the first delay): the start of the first played segment, which is its
+    emission time. Computation aware when ``emit_s`` is wall clock (SimulEval's ``elapsed``).
+    None when there is no output (SimulEval skips such an instance). ``source_duration_s`` is
+    not used; it is taken for symmetry with :func:`end_offset`.
+    """
+    del source_duration_s
+    schedule = playback_schedule(segments)
+    return schedule[0][0] if schedule else None
+
+
+def end_offset(source_duration_s: float, segments: Sequence[Segment]) -> float | None:
+    """EndOffset: how long after the end of the source the last output speech ends.
+
+    Definition (SimulEval ``EndOffsetScorer`` for ``SpeechOutputInstance``: the end
+    ``start + duration`` of the last played interval minus the source length):
+    ``end_s`` of the last segment of :func:`playback_schedule` minus ``source_duration_s``.
+    Negative if the output finished before the source did. None when there is no output.
+    """
+    schedule = playback_schedule(segments)
+    return schedule[-1][1] - source_duration_s if schedule else None
+
+
+def word_delays(segments: Sequence[Segment], boundary: str = "BOW") -> list[float]:
+    """The delay of every target word: the time it is heard, in seconds since the source began.
+
+    Definition: SimulEval's speech-output scorers (``*_SpeechAlign_{BOW,COW,EOW}``) force-align
+    the target text to the output audio (Montreal Forced Aligner) and take, for each word,
+    ``offset of the first output + time of the word in the output audio`` (which includes the
+    silences inserted while the output waited), at the beginning (BOW), centre (COW) or end
+    (EOW) of the word. Here there is no aligner: **approximation**, a segment's ``words``
+    words are assumed evenly spread over its played span ``[start_s, end_s)`` from
+    :func:`playback_schedule`. Word ``j`` (0-based) of ``k`` in a segment of played span
+    ``[s, e)`` has delay ``s + j (e - s) / k`` (BOW, the default), ``s + (j + 1/2) (e - s) / k``
+    (COW) or ``s + (j + 1) (e - s) / k`` (EOW). Segments with no words contribute no delay.
+    Computation aware when ``emit_s`` is wall clock (SimulEval itself does not support
+    computation-aware speech-aligned latency).
+    """
+    frac = {"BOW": 0.0, "COW": 0.5, "EOW": 1.0}.get(boundary)
+    if frac is None:
+        raise ValueError(f"boundary must be one of {BOUNDARIES}, not {boundary!r}")
+    delays: list[float] = []
+    for (start, end), (_emit, _duration, words) in zip(playback_schedule(segments), segments,
+                                                       strict=True):
+        k = int(words)
+        for j in range(k):
+            delays.append(start + (j + frac) * (end - start) / k)
+    return delays
+
+
+def laal(delays: Sequence[float], source_duration_s: float, hyp_words: int,
+         ref_words: int | None = None) -> float | None:
+    """Length-Adaptive Average Lagging (Papi et al. 2022, SimulEval ``LAALScorer``).
+
+    Definition: with delays ``d_1..d_n`` (seconds, one per target word), source duration
+    ``|X|`` and ``|Y| = max(hyp_words, ref_words or 0)``,
+    ``tau`` = the index of the first delay ``>= |X|`` (``n`` if none) and
+    ``LAAL = (1 / tau) * sum_{i=1..tau} (d_i - (i - 1) |X| / |Y|)``.
+    So only the words up to the first one heard after the source ended count, and each is
+    compared with an ideal interpreter that speaks ``|Y|`` words evenly over the source.
+    Taking the longer of hypothesis and reference (instead of AL's reference) stops
+    over-generation from being rewarded. (SimulEval returns ``d_1`` when ``d_1 > |X|``; the
+    formula gives the same, since then ``tau = 1``.)
+    It is computation aware (LAAL_CA) when the delays are wall-clock times, e.g. from
+    :func:`word_delays` with wall-clock ``emit_s``; that is the caller's business.
+    None when there are no delays (SimulEval skips such an instance).
+    """
+    if not delays:
+        return None
+    if source_duration_s <= 0:
+        raise ValueError("source duration must be positive")
+    target = max(int(hyp_words), int(ref_words or 0), 1)
+    step = source_duration_s / target
+    total, tau = 0.0, 0
+    for i, d in enumerate(delays):
+        total += d - i * step
+        tau = i + 1
+        if d >= source_duration_s:
+            break
+    return total / tau
+
+
+def longform(source_duration_s: float, segments: Sequence[Segment],
+             ref_words: int | None = None) -> dict:
+    """Long-form latency of one continuous session (the whole corpus played as one source).
+
+    Returns ``{"start_offset_s", "end_offset_s", "laal_ca_s", "source_duration_s",
+    "output_words"}``: :func:`start_offset`, :func:`end_offset`, and :func:`laal` over
+    :func:`word_delays` (BOW) with ``hyp_words`` = the number of output words, all rounded to
+    milliseconds. With wall-clock ``emit_s`` these are computation aware. Values are None when
+    there is no output.
+    """
+    delays = word_delays(segments)
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 3)
+
+    laal_ca = laal(delays, source_duration_s, len(delays), ref_words) if delays else None
+    return {"start_offset_s": r(start_offset(source_duration_s, segments)),
+            "end_offset_s": r(end_offset(source_duration_s, segments)),
+            "laal_ca_s": r(laal_ca),
+            "source_duration_s": r(source_duration_s),
+            "output_words": len(delays)}
+
+
+# --------------------------------------------------------------------------------------------
+# Drift
+
+
+def _t95(df: int) -> float:
+    """Two-sided 95 % critical value of Student's t with ``df`` degrees of freedom."""
+    if df <= len(_T95):
+        return _T95[df - 1]
+    z = 1.959964  # Cornish-Fisher expansion around the normal quantile; < 1e-3 off for df > 30
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def slope_per_10min(times_s: Sequence[float], values: Sequence[float]) -> dict:
+    """Drift of a series: ordinary least-squares slope, per 10 minutes, with a 95 % interval.
+
+    Definition: fit ``value = a + b t`` (t in seconds) by least squares over the pairs where
+    both are present; ``slope_per_10min = 600 b``. Its standard error is
+    ``se(b) = sqrt(SSR / (n - 2) / sum (t - mean t)^2)`` and ``ci95_per_10min`` is the
+    half-width ``600 t_{0.975, n-2} se(b)`` (Student t; tabulated up to 30 degrees of freedom,
+    a Cornish-Fisher approximation beyond). ``distinguishable_from_zero`` is
+    ``|slope| > ci95``: the drift is real at the 95 % level. With ``n < 3`` points (or all at
+    the same time) slope and interval are None and the drift is not distinguishable.
+    Returns ``{"slope_per_10min", "ci95_per_10min", "n", "distinguishable_from_zero"}``.
+    """
+    pairs = [(float(t), float(v)) for t, v in zip(times_s, values, strict=False)
+             if t is not None and v is not None and math.isfinite(t) and math.isfinite(v)]
+    n = len(pairs)
+    result = {"slope_per_10min": None, "ci95_per_10min": None, "n": n,
+              "distinguishable_from_zero": False}
+    if n < 3:
+        return result
+    t = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    tc = t - t.mean()
+    sxx = float(np.dot(tc, tc))
+    if sxx <= 0:
+        return result
+    if float(np.ptp(y)) == 0.0:  # constant: exactly flat (avoid rounding noise in the mean)
+        result.update(slope_per_10min=0.0, ci95_per_10min=0.0)
+        return result
+    b = float(np.dot(tc, y - y.mean()) / sxx)
+    residuals = y - y.mean() - b * tc
+    ssr = float(np.dot(residuals, residuals))
+    se = math.sqrt(ssr / (n - 2) / sxx)
+    slope, ci = 600 * b, 600 * _t95(n - 2) * se
+    result.update(slope_per_10min=slope, ci95_per_10min=ci,
+                  distinguishable_from_zero=bool(abs(slope) > ci))
+    return result

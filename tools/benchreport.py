@@ -1,0 +1,424 @@
+"""Render, plot and compare ``voxweft bench`` reports (JSON schema ``voxweft-bench/1``).
+
+Every function tolerates missing sections and None values: a missing figure renders as "-".
+Run ``python -m tools.benchreport REPORT.json [--compare OLD.json] [--timeline PNG]
+[--soak PNG]`` to print a report as Markdown (or the comparison) from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "voxweft-bench/1"
+
+#: compare(): a latency, bus, RSS or CPU figure that rose by more than this fraction regressed.
+COST_TOLERANCE = 0.10
+
+#: compare(): the marker appended to a regressed line.
+REGRESSION = "<-- REGRESSION"
+
+_HEADLINES = (("speech_end_to_first_audio_s", "speech end -> first audio"),
+              ("segment_to_first_audio_s", "segment -> first audio"))
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _get(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``, or None as soon as a level is missing or not a dict."""
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _dict(x: Any) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _fmt(x: Any, nd: int = 3) -> str:
+    """A value for a table cell: "-" for None, yes/no for booleans, ``nd`` decimals for floats."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return str(x)
+        return f"{x:.{nd}f}"
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_fmt(v, nd) for v in x) or "-"
+    return str(x).replace("|", "/").replace("\n", " ") or "-"
+
+
+def _table(headers: list[str], rows: Iterable[list[Any]], nd: int = 3) -> list[str]:
+    rows = [[_fmt(c, nd) for c in row] for row in rows]
+    if not rows:
+        return []
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def _met(x: Any) -> str:
+    return "-" if x is None else ("yes" if x else "**NO**")
+
+
+def _slope(s: Any, unit: str) -> str:
+    s = _dict(s)
+    if s.get("slope_per_10min") is None:
+        return f"- (n={_fmt(s.get('n'))})"
+    mark = "drifting" if s.get("distinguishable_from_zero") else "flat within noise"
+    ci = s.get("ci95_per_10min")
+    ci = f"{ci:.4g}" if isinstance(ci, (int, float)) else "-"
+    return (f"{s['slope_per_10min']:+.4g} ± {ci} {unit}/10 min "
+            f"(n={_fmt(s.get('n'))}, {mark})")
+
+
+def _stage_names(utterances: list[dict]) -> list[str]:
+    names: list[str] = []
+    for u in utterances:
+        for name in _dict(_get(u, "stages_s")):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+
+def markdown(report: dict) -> str:
+    """The report as a short Markdown document, readable in a terminal."""
+    report = _dict(report)
+    host, config = _dict(report.get("host")), _dict(report.get("config"))
+    engines = ", ".join(f"{k}={v}" for k, v in _dict(config.get("engines")).items()) or "-"
+    lines = [f"# voxweft bench: `{_fmt(report.get('command'))}`", ""]
+    if report.get("schema") not in (None, SCHEMA):
+        lines += [f"> warning: schema {report.get('schema')!r}, this renderer knows {SCHEMA!r}",
+                  ""]
+    lines += [
+        f"- created {_fmt(report.get('created'))}; host {_fmt(host.get('platform'))} "
+        f"{_fmt(host.get('machine'))}, {_fmt(host.get('cpus'))} CPUs, "
+        f"Python {_fmt(host.get('python'))}",
+        f"- {_fmt(config.get('topology'))}, corpus {_fmt(config.get('corpus'))} "
+        f"({_fmt(config.get('files'))} files), {_fmt(config.get('src_lang'))} -> "
+        f"{_fmt(config.get('tgt_lang'))}, fast {_fmt(config.get('fast'))}, "
+        f"pause {_fmt(config.get('pause_s'))} s, soak {_fmt(config.get('soak_minutes'))} min",
+        f"- engines: {engines}",
+    ]
+
+    targets = [t for t in report.get("targets") or [] if isinstance(t, dict)]
+    if targets:
+        lines += ["", "## Targets", ""]
+        lines += _table(["name", "target", "goal", "measured", "met"],
+                        [[t.get("name"), t.get("target"), t.get("goal"), t.get("value"),
+                          _met(t.get("met"))] for t in targets])
+
+    latency = _dict(report.get("latency"))
+    rows = [[label, *(_get(latency, key, f) for f in ("n", "p50", "p95", "max"))]
+            for key, label in _HEADLINES]
+    rows += [[f"  {name}", *(_get(s, f) for f in ("n", "p50", "p95", "max"))]
+             for name, s in _dict(latency.get("stages_s")).items()]
+    if latency:
+        lines += ["", "## Latency (s)", ""]
+        lines += _table(["figure", "n", "p50", "p95", "max"], rows)
+
+    floor = report.get("floor")
+    if isinstance(floor, dict):
+        lines += ["", f"Floor (asr + mt + tts first chunk, alone): pipeline p50 "
+                      f"{_fmt(_get(floor, 'pipeline_s', 'p50'))} s / floor p50 "
+                      f"{_fmt(_get(floor, 'floor_s', 'p50'))} s, ratio p50 "
+                      f"{_fmt(floor.get('ratio_p50'), 2)}"]
+
+    bus = report.get("bus")
+    if isinstance(bus, dict):
+        rows = [[transport, mode, *(_get(b, f) for f in ("p50_ms", "p99_ms", "max_ms")),
+                 _get(b, "lost"), _get(b, "sent"), _get(b, "rate_per_s")]
+                for transport, modes in bus.items() for mode, b in _dict(modes).items()]
+        if rows:
+            lines += ["", "## Bus", ""]
+            lines += _table(["transport", "mode", "p50 ms", "p99 ms", "max ms", "lost", "sent",
+                             "rate/s"], rows)
+
+    quality = _dict(report.get("quality"))
+    if quality:
+        asr, mt, rt = (_dict(quality.get(k)) for k in ("asr", "mt", "round_trip"))
+        lines += ["", "## Quality", ""]
+        lines.append(f"- ASR WER {_fmt(asr.get('wer'), 4)} (S {_fmt(asr.get('substitutions'))}"
+                     f", D {_fmt(asr.get('deletions'))}, I {_fmt(asr.get('insertions'))} of "
+                     f"{_fmt(asr.get('reference_words'))} words)")
+        lines.append(f"- MT BLEU {_fmt(mt.get('bleu'), 2)}, chrF {_fmt(mt.get('chrf'), 2)}")
+        lines.append(f"- round trip WER {_fmt(rt.get('wer'), 4)}, chrF {_fmt(rt.get('chrf'), 2)}"
+                     f" ({_fmt(rt.get('utterances'))} utterances)")
+
+    resources = _dict(report.get("resources"))
+    if resources:
+        lines += ["", "## Resources", ""]
+        lines += _table(["actor", "peak RSS MB", "RSS MB", "CPU s", "fds", "threads"],
+                        [[actor, *(_get(r, f) for f in ("peak_rss_mb", "rss_mb", "cpu_s", "fds",
+                                                        "threads"))]
+                         for actor, r in resources.items()], nd=1)
+
+    lf = report.get("longform")
+    if isinstance(lf, dict):
+        lines += ["", "## Long-form (computation aware)", "",
+                  f"StartOffset {_fmt(lf.get('start_offset_s'))} s, EndOffset "
+                  f"{_fmt(lf.get('end_offset_s'))} s, LAAL_CA {_fmt(lf.get('laal_ca_s'))} s "
+                  f"over {_fmt(lf.get('source_duration_s'), 1)} s of source, "
+                  f"{_fmt(lf.get('output_words'))} output words"]
+
+    soak = report.get("soak")
+    if isinstance(soak, dict):
+        lines += ["", f"## Soak ({_fmt(soak.get('minutes'), 1)} min)", "",
+                  f"- latency: {_slope(soak.get('latency_slope'), 's')}"]
+        qd = _dict(soak.get("queue_depth"))
+        lines.append(f"- queue depth: max {_fmt(qd.get('max'))}, mean {_fmt(qd.get('mean'), 2)}")
+        drops = {a: c for a, c in _dict(soak.get("drops")).items() if c}
+        lines.append("- drops: " + ("; ".join(
+            f"{a} " + ", ".join(f"{k}={v}" for k, v in _dict(c).items()) for a, c in drops.items())
+            or "none"))
+        fds = _dict(soak.get("fds"))
+        actors = list(_dict(soak.get("rss_slope"))) + [
+            a for a in fds if a not in _dict(soak.get("rss_slope"))]
+        if actors:
+            lines.append("")
+            lines += _table(["actor", "RSS drift", "fds first", "fds last", "fds max"],
+                            [[a, _slope(_get(soak, "rss_slope", a), "MB"),
+                              _get(fds, a, "first"), _get(fds, a, "last"), _get(fds, a, "max")]
+                             for a in actors])
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_timeline(report: dict, path: str | Path) -> None:
+    """PNG: one row per utterance, its stages as consecutive bars from its speech end (x = 0)."""
+    plt = _pyplot()
+    utterances = [u for u in _dict(report).get("utterances") or [] if isinstance(u, dict)]
+    names = _stage_names(utterances)
+    cmap = plt.get_cmap("tab20")
+    colours = {name: cmap(i % 20) for i, name in enumerate(names)}
+    fig, ax = plt.subplots(figsize=(11, min(2 + 0.3 * len(utterances), 40)))
+    try:
+        labelled: set[str] = set()
+        for row, u in enumerate(utterances):
+            x = 0.0
+            for name, seconds in _dict(u.get("stages_s")).items():
+                if not isinstance(seconds, (int, float)) or seconds <= 0:
+                    continue
+                ax.barh(row, seconds, left=x, height=0.7, color=colours[name],
+                        label=None if name in labelled else name)
+                labelled.add(name)
+                x += seconds
+            total = u.get("speech_end_to_first_audio_s")
+            if isinstance(total, (int, float)):
+                ax.plot([total], [row], marker="|", color="black", markersize=12)
+        ax.set_yticks(range(len(utterances)))
+        ax.set_yticklabels([str(u.get("utt", i)) for i, u in enumerate(utterances)],
+                           fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds after the end of speech")
+        ax.set_ylabel("utterance")
+        ax.set_title("Per-utterance stage timeline (| = first audio)")
+        if not utterances:
+            ax.text(0.5, 0.5, "no utterances", ha="center", va="center",
+                    transform=ax.transAxes)
+        if labelled:
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+        ax.grid(axis="x", alpha=0.3)
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+
+
+def _xy(points: Any) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for p in points or []:
+        if (isinstance(p, (list, tuple)) and len(p) == 2
+                and all(isinstance(v, (int, float)) for v in p)):
+            xs.append(p[0] / 60)
+            ys.append(p[1])
+    return xs, ys
+
+
+def plot_soak(report: dict, path: str | Path) -> None:
+    """PNG: latency over the soak (scatter and least-squares line) above RSS per actor."""
+    import numpy as np
+
+    plt = _pyplot()
+    soak = _dict(_dict(report).get("soak"))
+    series = _dict(soak.get("series"))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    try:
+        xs, ys = _xy(series.get("latency"))
+        ax1.scatter(xs, ys, s=8, alpha=0.6, label="speech end -> first audio")
+        if len(xs) >= 2 and max(xs) > min(xs):
+            b, a = np.polyfit(xs, ys, 1)
+            line = np.array([min(xs), max(xs)])
+            ax1.plot(line, a + b * line, color="red",
+                     label=f"fit: {_slope(soak.get('latency_slope'), 's')}")
+        ax1.set_ylabel("latency (s)")
+        ax1.set_title(f"Soak ({_fmt(soak.get('minutes'), 1)} min)")
+        if xs:
+            ax1.legend(fontsize=8)
+        else:
+            ax1.text(0.5, 0.5, "no latency series", ha="center", va="center",
+                     transform=ax1.transAxes)
+        ax1.grid(alpha=0.3)
+        plotted = False
+        for actor, points in _dict(series.get("rss_mb")).items():
+            xs, ys = _xy(points)
+            if xs:
+                ax2.plot(xs, ys, label=str(actor))
+                plotted = True
+        if plotted:
+            ax2.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        else:
+            ax2.text(0.5, 0.5, "no RSS series", ha="center", va="center",
+                     transform=ax2.transAxes)
+        ax2.set_ylabel("RSS (MB)")
+        ax2.set_xlabel("minutes since start")
+        ax2.grid(alpha=0.3)
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison
+
+
+def _metrics(old: dict, new: dict) -> list[tuple[str, Any, Any, str]]:
+    """(label, old value, new value, kind) for every compared figure.
+
+    kind: "cost" (lower is better, regressed when up by more than COST_TOLERANCE),
+    "higher" (higher is better, regressed when down), "lower" (lower is better, regressed
+    when up at all).
+    """
+    out = []
+    for key, _label in _HEADLINES:
+        for q in ("p50", "p95"):
+            out.append((f"latency {key} {q}", _get(old, "latency", key, q),
+                        _get(new, "latency", key, q), "cost"))
+    stages = list(_dict(_get(new, "latency", "stages_s")))
+    stages += [s for s in _dict(_get(old, "latency", "stages_s")) if s not in stages]
+    for s in stages:
+        out.append((f"stage {s} p50", _get(old, "latency", "stages_s", s, "p50"),
+                    _get(new, "latency", "stages_s", s, "p50"), "cost"))
+    out.append(("floor ratio_p50", _get(old, "floor", "ratio_p50"),
+                _get(new, "floor", "ratio_p50"), "cost"))
+    transports = list(_dict(new.get("bus")))
+    transports += [t for t in _dict(old.get("bus")) if t not in transports]
+    for t in transports:
+        modes = list(_dict(_get(new, "bus", t)))
+        modes += [m for m in _dict(_get(old, "bus", t)) if m not in modes]
+        for m in modes:
+            out.append((f"bus {t} {m} p99_ms", _get(old, "bus", t, m, "p99_ms"),
+                        _get(new, "bus", t, m, "p99_ms"), "cost"))
+    for path, kind in ((("asr", "wer"), "lower"), (("mt", "bleu"), "higher"),
+                       (("mt", "chrf"), "higher"), (("round_trip", "wer"), "lower"),
+                       (("round_trip", "chrf"), "higher")):
+        out.append((f"quality {' '.join(path)}", _get(old, "quality", *path),
+                    _get(new, "quality", *path), kind))
+    actors = list(_dict(new.get("resources")))
+    actors += [a for a in _dict(old.get("resources")) if a not in actors]
+    for a in actors:
+        for f in ("peak_rss_mb", "cpu_s"):
+            out.append((f"resources {a} {f}", _get(old, "resources", a, f),
+                        _get(new, "resources", a, f), "cost"))
+    return out
+
+
+def _regressed(old: float, new: float, kind: str) -> bool:
+    if kind == "cost":
+        return new > old * (1 + COST_TOLERANCE) if old > 0 else new > old
+    if kind == "higher":
+        return new < old
+    return new > old
+
+
+def compare(old: dict, new: dict) -> str:
+    """Line per figure, ``metric: old -> new (delta, +x %)``, regressions marked.
+
+    Compared: headline p50/p95, every stage p50, floor ratio, bus p99 per transport and mode,
+    WER/BLEU/chrF (ASR, MT, round trip), per-actor peak RSS and CPU. A latency, bus, RSS or
+    CPU figure regressed when it rose by more than ``COST_TOLERANCE`` (10 %); a quality
+    figure regressed when it got worse at all (WER up, BLEU/chrF down). Figures missing in
+    both reports are left out; one missing on a side shows "-". A schema other than
+    ``voxweft-bench/1`` gives a warning line; the keys both reports have are still compared.
+    """
+    old, new = _dict(old), _dict(new)
+    lines = []
+    schemas = (old.get("schema"), new.get("schema"))
+    if schemas[0] != schemas[1] or any(s != SCHEMA for s in schemas):
+        lines.append(f"warning: schema old {schemas[0]!r}, new {schemas[1]!r} "
+                     f"(expected {SCHEMA!r}); comparing the keys both have")
+    regressions = 0
+    for label, a, b, kind in _metrics(old, new):
+        num = (int, float)
+        a = a if isinstance(a, num) and not isinstance(a, bool) else None
+        b = b if isinstance(b, num) and not isinstance(b, bool) else None
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            lines.append(f"{label}: {_fmt(a, 4)} -> {_fmt(b, 4)} (missing)")
+            continue
+        pct = f"{(b - a) / abs(a) * 100:+.1f} %" if a else "n/a %"
+        line = f"{label}: {_fmt(float(a), 4)} -> {_fmt(float(b), 4)} ({b - a:+.4f}, {pct})"
+        if _regressed(a, b, kind):
+            line += f"  {REGRESSION}"
+            regressions += 1
+        lines.append(line)
+    lines.append(f"{regressions} regression(s)")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print a report as Markdown, or its comparison with an older one; optionally plot it."""
+    p = argparse.ArgumentParser(prog="python -m tools.benchreport", description=main.__doc__)
+    p.add_argument("report", type=Path)
+    p.add_argument("--compare", type=Path, metavar="OLD", help="compare with this older report")
+    p.add_argument("--timeline", type=Path, metavar="PNG", help="write the stage timeline")
+    p.add_argument("--soak", type=Path, metavar="PNG", help="write the soak plot")
+    args = p.parse_args(argv)
+    report = json.loads(args.report.read_text())
+    if args.compare:
+        text = compare(json.loads(args.compare.read_text()), report)
+        sys.stdout.write(text)
+    else:
+        sys.stdout.write(markdown(report))
+    if args.timeline:
+        plot_timeline(report, args.timeline)
+    if args.soak:
+        plot_soak(report, args.soak)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
