@@ -89,14 +89,15 @@ class FasterWhisperEngine(AsrEngine):
 
     Whisper always encodes a 30 s window, which is most of its cost on a short utterance.
     CTranslate2 accepts shorter encoder inputs, so an utterance is encoded in a window of
-    `window_s` (10 s) multiples: 3x faster on 2 cores with the same words on our corpus.
+    `window_s` (5 s) multiples, with 1 s of margin: 3-4x faster on 2 cores with the same
+    words on our corpus (5 s vs 10 s windows: WER 4.55 % both, 0.33 vs 0.40 s per utterance).
     Much shorter windows make Whisper loop (2 s windows: WER 1.7), so a degenerate result is
     decoded again with the full window.
     """
 
     name = "faster-whisper"
     DEFAULTS: ClassVar[dict] = {"model": "base", "compute_type": "int8", "beam_size": 1,
-                                "threads": 2, "window_s": 10}
+                                "threads": 2, "window_s": 5}
     FULL_WINDOW_S = 30
 
     def __init__(self, **settings) -> None:

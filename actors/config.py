@@ -101,6 +101,29 @@ class EngineConfig(ActorConfig):
 
 
 @dataclass
+class TtsConfig(EngineConfig):
+    """The voice, and how it catches up when the translation falls behind the speaker."""
+
+    # Speech queued at the player (s) at which the voice starts to speed up, the backlog at
+    # which it reaches catchup_max_speed, and that speed (1.0 turns catching up off).
+    catchup_after_s: float = 0.5
+    catchup_full_s: float = 3.0
+    catchup_max_speed: float = 1.35
+
+    def validate(self) -> None:
+        """Raise ValueError on an unusable value."""
+        super().validate()
+        _range("catchup_after_s", self.catchup_after_s, 0.0, 600.0)
+        _range("catchup_full_s", self.catchup_full_s, self.catchup_after_s + 0.1, 600.0)
+        _range("catchup_max_speed", self.catchup_max_speed, 1.0, 2.0)
+
+    def speed(self, backlog_s: float) -> float:
+        """Speaking-rate multiplier for a new utterance with `backlog_s` of speech queued."""
+        share = (backlog_s - self.catchup_after_s) / (self.catchup_full_s - self.catchup_after_s)
+        return round(1.0 + (self.catchup_max_speed - 1.0) * min(1.0, max(0.0, share)), 3)
+
+
+@dataclass
 class PlayerConfig(ActorConfig):
     """Plays speech chunks in utterance order to a device or a WAV file."""
 
@@ -129,6 +152,6 @@ CONFIG_TYPES: dict[str, type[ActorConfig]] = {
     "segmenter": SegmenterActorConfig,
     "asr": EngineConfig,
     "mt": EngineConfig,
-    "tts": EngineConfig,
+    "tts": TtsConfig,
     "player": PlayerConfig,
 }

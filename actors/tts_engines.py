@@ -17,6 +17,7 @@ are sized explicitly because the process shares a small CPU with other model pro
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import importlib.resources as res
 import io
@@ -175,11 +176,12 @@ class TtsEngine(abc.ABC):
         """Build the model once; all heavy work happens here, never in __init__."""
 
     @abc.abstractmethod
-    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield float32 mono audio in [-1, 1] at ``sample_rate``, one array per clause.
 
         Each clause is yielded as soon as it is ready. Unsupported ``lang`` raises ValueError;
-        empty or whitespace-only text yields nothing.
+        empty or whitespace-only text yields nothing. ``speed`` multiplies the configured
+        speaking rate (the tts actor speeds up to catch up with a backlog).
         """
 
     def _check_lang(self, lang: str) -> None:
@@ -232,15 +234,16 @@ class EspeakEngine(TtsEngine):
             if next(self.synthesize("ok", lang), None) is None:
                 raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
 
-    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._exe is None:
             raise RuntimeError("EspeakEngine.load() must be called before synthesize()")
-        return self._clauses(text, lang)
+        return self._clauses(text, lang, speed)
 
-    def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
-        args = [self._exe, "-v", self.voices[lang], "-s", str(self.rate_wpm), "--stdout"]
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+        args = [self._exe, "-v", self.voices[lang], "-s", str(round(self.rate_wpm * speed)),
+                "--stdout"]
         for clause in self.plan(text):
             audio = self._decode(_run_espeak(args, clause))
             audio = _trim(audio, self.sample_rate)
@@ -318,7 +321,9 @@ class KokoroEngine(TtsEngine):
         "speed": "number 0.5..2.0, default 1.0",
         "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
         "max_clause_chars": "int 20..500, longest clause per model run, default 120",
-        "first_chunk_chars": "int 10..500, longest first chunk (latency knob), default 25",
+        "first_chunk_chars": "int 1..500, longest first chunk (the latency knob; at least two "
+                             "words), default 12",
+        "chunk_growth": "number 1.0..4.0, how much longer each next chunk may be, default 1.5",
     }
 
     def __init__(self, **settings: Any) -> None:
@@ -327,7 +332,9 @@ class KokoroEngine(TtsEngine):
         self.max_clause_chars = int(_number("max_clause_chars",
                                             settings.get("max_clause_chars", 120), 20, 500, True))
         self.first_chunk_chars = int(_number("first_chunk_chars",
-                                             settings.get("first_chunk_chars", 25), 10, 500, True))
+                                             settings.get("first_chunk_chars", 12), 1, 500, True))
+        self.chunk_growth = float(_number("chunk_growth", settings.get("chunk_growth", 1.5),
+                                          1.0, 4.0))
         self.voice = settings.get("voice", "jm_kumo")
         if self.voice not in _KOKORO_VOICES:
             raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")
@@ -406,32 +413,49 @@ class KokoroEngine(TtsEngine):
                 out.append(ipa + mark)
         return " ".join(out).strip()
 
-    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._session is None:
             raise RuntimeError("KokoroEngine.load() must be called before synthesize()")
-        return self._clauses(text, lang)
+        return self._clauses(text, lang, speed)
 
     def plan(self, text: str) -> list[str]:
-        """The chunks to synthesize: clauses, with a short first chunk.
+        """The chunks to synthesize: a short first chunk, then chunks that grow.
 
-        Kokoro costs about as long as the audio it makes, so the first audio waits for the
-        whole first clause; a short first chunk starts playback early and the later, longer
-        chunks are ready before the earlier ones finish playing.
+        Kokoro's cost is about 0.6-0.8 s per second of audio it makes (2 cores), so the first
+        audio waits for the whole first chunk: it is cut short, after its first clause mark
+        or at `first_chunk_chars` (but not before two words). Each later chunk (three words or
+        more, ending at a clause mark where one comes) may be `chunk_growth` times longer than
+        the one before, up to `max_clause_chars`, so it is ready about when the one before
+        has played. A tail of fewer than three words joins the chunk before it.
         """
-        clauses = split_clauses(text, self.max_clause_chars)
-        if clauses and len(clauses[0]) > self.first_chunk_chars:
-            head = split_clauses(clauses[0], self.first_chunk_chars)
-            rest = " ".join(head[1:])
-            clauses = head[:1] + (split_clauses(rest, self.max_clause_chars) if rest else []) \
-                + clauses[1:]
-        return clauses
+        chunks: list[str] = []
+        budget = float(self.first_chunk_chars)
+        for clause in split_clauses(text, self.max_clause_chars):
+            words = clause.split()
+            while words:
+                least = 2 if not chunks else _MIN_WORDS   # fewest words before a cut
+                take: list[str] = []
+                while words:
+                    if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
+                        break
+                    take.append(words.pop(0))
+                    if take[-1].rstrip(_CLOSERS)[-1:] in _CLAUSE_END and \
+                            (not chunks or len(take) >= least):
+                        break   # a natural break: "Olá," or "E," may be the whole first chunk
+                if chunks and 0 < len(words) < _MIN_WORDS and \
+                        len(" ".join(take + words)) <= self.max_clause_chars:
+                    take, words = take + words, []
+                chunks.append(" ".join(take))
+                budget = min(self.max_clause_chars,
+                             max(budget, len(chunks[-1])) * self.chunk_growth)
+        return chunks
 
-    def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
         for clause in self.plan(text):
             phonemes = self.phonemize(clause, lang)
-            pieces = [self._infer(p) for p in self._fit(phonemes)]
+            pieces = [self._infer(p, speed) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
             if audio.size:
                 yield audio
@@ -449,7 +473,7 @@ class KokoroEngine(TtsEngine):
             pieces.append(phonemes)
         return pieces
 
-    def _infer(self, phonemes: str) -> np.ndarray:
+    def _infer(self, phonemes: str, speed: float = 1.0) -> np.ndarray:
         tokens = [self._vocab[ch] for ch in phonemes if ch in self._vocab]
         if not tokens or not any(ch.isalpha() for ch in phonemes):
             return np.zeros(0, np.float32)  # punctuation alone is not worth a model run
@@ -457,7 +481,7 @@ class KokoroEngine(TtsEngine):
         audio = self._session.run(None, {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": style,
-            "speed": np.array([self.speed], dtype=np.float32),
+            "speed": np.array([self.speed * speed], dtype=np.float32),
         })[0]
         audio = np.clip(np.asarray(audio, dtype=np.float32).ravel(), -1.0, 1.0)
         return _trim(audio, self.sample_rate)
@@ -530,17 +554,19 @@ class PiperEngine(TtsEngine):
         self._syn = SynthesisConfig(length_scale=1.0 / self.speed, normalize_audio=False)
         next(self._clauses("Ready.", "en"), None)   # first run allocates: pay it here
 
-    def synthesize(self, text: str, lang: str) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._voice is None:
             raise RuntimeError("PiperEngine.load() must be called before synthesize()")
-        return self._clauses(text, lang)
+        return self._clauses(text, lang, speed)
 
-    def _clauses(self, text: str, lang: str) -> Iterator[np.ndarray]:
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+        syn = self._syn if speed == 1.0 else dataclasses.replace(
+            self._syn, length_scale=1.0 / (self.speed * speed))
         for clause in self.plan(text):
             # Piper splits its input into sentences itself; a clause is usually one.
-            parts = [c.audio_float_array for c in self._voice.synthesize(clause, self._syn)]
+            parts = [c.audio_float_array for c in self._voice.synthesize(clause, syn)]
             audio = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
             audio = _trim(np.clip(audio, -1.0, 1.0), self.sample_rate)
             if audio.size:

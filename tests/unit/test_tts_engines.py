@@ -275,5 +275,23 @@ def test_kokoro_plan_cuts_the_first_chunk_short():
             "livro impresso.")
     plan = engine.plan(text)
     assert len(plan[0]) <= 40 and " ".join(plan) == text
-    short = "Nunca foi superado."
-    assert engine.plan(short) == [short]
+    assert engine.plan("Sim.") == ["Sim."]
+
+
+def test_kokoro_plan_starts_small_and_grows():
+    engine = KokoroEngine()   # first_chunk_chars 12, chunk_growth 1.5
+    assert engine.plan("Em ser comparativamente moderno.") == ["Em ser",
+                                                                "comparativamente moderno."]
+    # A clause mark ends the first chunk early; no later chunk has fewer than three words.
+    text = ("E, vale a pena mencionar de passagem que como um exemplo de tipografia fina, "
+            "nunca foi superado.")
+    plan = engine.plan(text)
+    assert plan[0] == "E," and " ".join(plan) == text
+    assert all(len(c.split()) >= 3 for c in plan[1:])
+    # budgets 12 -> 18 -> 27 -> 40.5: each chunk can be synthesized while the last one plays
+    assert plan == ["E,", "vale a pena", "mencionar de passagem que",
+                    "como um exemplo de tipografia fina,", "nunca foi superado."]
+    # A large first_chunk_chars gives whole clauses (after the first mark).
+    assert KokoroEngine(first_chunk_chars=500).plan(text) == [
+        "E,", "vale a pena mencionar de passagem que como um exemplo de tipografia fina,",
+        "nunca foi superado."]
