@@ -50,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     except (TopologyError, ValueError, StartupError) as exc:
         log.error("%s: cannot start: %s", args.actor, exc)
         return EXIT_CONFIG
-    log.info("%s: starting (pid %d, %d thread(s))", args.actor, os.getpid(),
-             topology.actors[args.actor].threads)
+    config = topology.actors[args.actor]
+    if config.nice:
+        os.nice(config.nice)
+    log.info("%s: starting (pid %d, %d thread(s), nice %d)", args.actor, os.getpid(),
+             config.threads, os.nice(0))
     return Runtime(actor).run()
 
 

@@ -28,6 +28,7 @@ class ActorConfig:
     host: str = "local"
     port: int = 0             # its PUB endpoint's TCP port on its host
     threads: int = 1          # CPU threads for its model (small machines: oversubscription kills)
+    nice: int = 0             # CPU priority (0..19, higher yields): work off the critical path
     src_lang: str = ""        # defaults to [pipeline] src_lang
     tgt_lang: str = ""        # defaults to [pipeline] tgt_lang
 
@@ -35,6 +36,7 @@ class ActorConfig:
         """Raise ValueError on an unusable value."""
         _range("port", self.port, 1, 65535)
         _range("threads", self.threads, 1, 64)
+        _range("nice", self.nice, 0, 19)
 
 
 @dataclass
@@ -108,7 +110,8 @@ class TtsConfig(EngineConfig):
     # which it reaches catchup_max_speed, and that speed (1.0 turns catching up off).
     catchup_after_s: float = 0.5
     catchup_full_s: float = 3.0
-    catchup_max_speed: float = 1.35
+    # Kokoro pt round trip WER: 16 % at speed 1.0, 21 % at 1.3, 44 % at 1.5.
+    catchup_max_speed: float = 1.3
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""

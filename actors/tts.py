@@ -100,7 +100,7 @@ class TtsActor(Actor):
                     trace = traced(trace, "tts.first")
                 yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=False,
                                   sample_rate=rate, pcm=np.asarray(pcm, np.float32),
-                                  trace=trace)
+                                  speed=speed, trace=trace)
                 index += 1
         trace = traced(trace, "tts.end")
         if samples:
@@ -109,4 +109,4 @@ class TtsActor(Actor):
                       "%.0f ms", msg.utt, index, samples / rate, speed, backlog,
                       (now_ns() - start) / 1e6)
         yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=True, sample_rate=rate,
-                          pcm=np.zeros(0, np.float32), trace=trace)
+                          pcm=np.zeros(0, np.float32), speed=speed, trace=trace)

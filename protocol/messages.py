@@ -156,6 +156,7 @@ class SpeechChunk(PcmMessage):
     index: int = 0
     last: bool = False
     text: str = ""
+    speed: float = 1.0        # speaking-rate multiplier the voice used (catching up)
     trace: Trace = ()
 
 

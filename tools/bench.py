@@ -40,6 +40,8 @@ RATE = 16_000
 AUDIO = (".wav", ".flac", ".ogg", ".mp3")
 LEAD_S = 0.5                 # silence before the first file
 SAMPLE_EVERY_S = 5.0         # soak series: one point per actor this often
+FLOOR_MAX = 60               # the floor and the round trip take the first this many
+WARMUP_S = 60.0              # soak: memory trends are fitted after this (or 10 %)
 #: Counters that mean something was lost, refused or broken.
 DROP_WORDS = ("gap", "overflow", "drop", "bad_", "error", "filled", "refused", "disconnect",
               "lost", "incomplete")
@@ -125,6 +127,7 @@ class BenchCollector(Collector):
         self.statuses: dict[str, list[Status]] = {}
         self.speech: dict[str, list[np.ndarray]] = {}
         self.speech_rate: dict[str, int] = {}
+        self.speed: dict[str, float] = {}
 
     def add(self, msg) -> None:
         """Record one message."""
@@ -136,6 +139,7 @@ class BenchCollector(Collector):
         elif isinstance(msg, SpeechChunk) and len(msg.pcm):
             self.speech.setdefault(msg.utt, []).append(np.asarray(msg.pcm, np.float32))
             self.speech_rate[msg.utt] = msg.sample_rate
+            self.speed[msg.utt] = msg.speed
 
 
 def _session_start_ns(collected: BenchCollector) -> int | None:
@@ -164,7 +168,7 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
     frozen.write_text(topology.dumps(), encoding="utf-8")
     arrays: dict[str, np.ndarray] = {}
     segments, spoken = [], {}
-    for utt in collected.committed:
+    for utt in collected.committed[:FLOOR_MAX]:
         t = collected.transcripts.get(utt)
         if t is None:
             continue
@@ -175,7 +179,8 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
             arrays[f"spk_{utt}"] = np.concatenate(collected.speech[utt])
             spoken[utt] = collected.speech_rate[utt]
     meta = {"topology": str(frozen), "src_lang": src, "tgt_lang": tgt,
-            "segments": segments, "spoken": spoken}
+            "segments": segments, "spoken": spoken,
+            "speed": {u: collected.speed.get(u, 1.0) for u in segments}}
     job = out / "floor-job.npz"
     np.savez(job, meta=np.array(json.dumps(meta)), **arrays)
     threads = str(max(topology.actors[a].threads for a in ("asr", "mt", "tts")))
@@ -263,12 +268,17 @@ def _soak(collected: BenchCollector, rows: list[dict], t0_ns: int, minutes: floa
     queue = [[round(t, 1), sum(1 for a, b in spans if a <= t < b)]
              for t in np.arange(0.0, end_s + SAMPLE_EVERY_S, SAMPLE_EVERY_S)]
     depths = [d for _t, d in queue]
+    # Memory is judged after the warm-up (allocator arenas, lazily built caches, the first
+    # long utterance): the first 10 % of the session or 60 s, whichever is longer.
+    warm_s = max(WARMUP_S, 0.1 * minutes * 60)
+    settled = {a: [p for p in pts if p[0] >= warm_s] for a, pts in rss.items()}
     return {
         "minutes": minutes,
         "latency_slope": benchmetrics.slope_per_10min([t for t, _ in latency],
                                                       [v for _, v in latency]),
+        "rss_after_s": warm_s,
         "rss_slope": {a: benchmetrics.slope_per_10min([t for t, _ in pts], [v for _, v in pts])
-                      for a, pts in sorted(rss.items())},
+                      for a, pts in sorted(settled.items())},
         "fds": {a: {"first": pts[0][1], "last": pts[-1][1], "max": max(v for _, v in pts)}
                 for a, pts in sorted(fds.items())},
         "queue_depth": {"max": max(depths, default=0),
@@ -301,7 +311,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "media_end_s": round(t.media_end_s, 3) if t else None,
             "text": t.text if t else None, "translation": tr.text if tr else None,
             "back_text": floor.get("back", {}).get(utt),
-            "played": utt in collected.started, **lat,
+            "played": utt in collected.started, "speed": collected.speed.get(utt), **lat,
             "pipeline_s": _pipeline_s(ev.trace, lat["stages_s"]) if ev else None,
             "floor_s": f.get("total"),
             "floor_stages_s": {k: f.get(k) for k in ("asr", "mt", "tts_first_chunk")},

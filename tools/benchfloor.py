@@ -52,7 +52,9 @@ def run(job_path: Path, out_path: Path) -> dict:
         translation = mt.translate(text, src, tgt) if text else ""
         t_tts = time.monotonic()
         t_first = None
-        for _chunk in tts.synthesize(translation, tgt) if translation else ():
+        # At the speaking rate the pipeline's voice used for this utterance (catching up).
+        speed = float(meta.get("speed", {}).get(utt, 1.0))
+        for _chunk in tts.synthesize(translation, tgt, speed) if translation else ():
             if t_first is None:
                 t_first = time.monotonic()
         result["floor"][utt] = {

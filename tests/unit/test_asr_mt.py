@@ -103,3 +103,14 @@ def test_mt_actor_translates_and_refuses_the_wrong_language(translator):
     assert out[1].text == "" and actor.counters["refused_lang"] == 1
     assert out[2].text == ""
     assert np.all([m.source_text == i.text for m, i in zip(out, inputs, strict=False)])
+
+
+def test_a_restarted_utterance_is_cut_to_one():
+    from actors.asr import _cut_restart
+
+    # Whisper in a 5 s window sometimes begins the sentence again until max_length.
+    assert _cut_restart("Then in the same operations with ugly ones. Then in the same "
+                        "operations") == "Then in the same operations with ugly ones."
+    assert _cut_restart("a b c a b c a b c a") == "a b c"
+    for said in ("I said no, no, no, no.", "one two three one two three four", "Yes.", ""):
+        assert _cut_restart(said) == said

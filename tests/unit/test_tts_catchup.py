@@ -1,0 +1,51 @@
+"""The voice speeds up when its speech queues at the player, and slows down again."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+from actors.config import TtsConfig
+from actors.tts import TtsActor
+from deploy.topology import load, parse
+from protocol.messages import PlaybackEvent, SpeechChunk, Translation
+from tests.unit.helpers import run_actor
+
+
+def test_speed_ramps_between_the_two_backlogs():
+    cfg = TtsConfig(engine="espeak", catchup_after_s=0.5, catchup_full_s=3.0,
+                    catchup_max_speed=1.3)
+    assert cfg.speed(0.0) == 1.0 and cfg.speed(0.5) == 1.0
+    assert cfg.speed(1.75) == 1.15
+    assert cfg.speed(3.0) == 1.3 and cfg.speed(60.0) == 1.3
+
+
+def _say(utt: str, text: str) -> Translation:
+    return Translation(utt=utt, src_lang="en", tgt_lang="pt", source_text="-", text=text)
+
+
+def _speed(outputs, utt: str) -> float:
+    return next(m.speed for m in outputs if isinstance(m, SpeechChunk) and m.utt == utt)
+
+
+def test_tts_catches_up_with_the_player():
+    raw = copy.deepcopy(load(None).raw)
+    raw["actors"]["tts"].update(engine="espeak", settings={})   # fast, same actor code
+    topo = parse(raw)
+    actor = TtsActor(topo, topo.actors["tts"])
+    long = "Produziram os livros de blocos, que foram os antecessores imediatos do livro."
+    out = run_actor(actor, [_say("a", long)], src="mt")
+    assert _speed(out, "a") == 1.0
+    queued = actor.backlog_s(time.time_ns())
+    assert queued > 3.0   # nothing played yet: all of "a" is queued
+    # "b" arrives while all of "a" still waits to be played: full speed.
+    out = run_actor(actor, [_say("b", "Nunca foi superado.")], src="mt", loaded=True)
+    assert _speed(out, "b") == 1.3 and actor.counters["catchup"] == 1
+    # The player reports both played: no backlog, normal speed again.
+    now = time.time_ns()
+    events = [PlaybackEvent(utt=u, event=e, trace=((f"play.{e[:5]}", now, None),), epoch=7)
+              for u in ("a", "b") for e in ("started", "finished")]
+    run_actor(actor, events, src="player", loaded=True)
+    assert actor.backlog_s(time.time_ns()) == 0.0
+    out = run_actor(actor, [_say("c", "Sim.")], src="mt", loaded=True)
+    assert _speed(out, "c") == 1.0
