@@ -141,15 +141,6 @@ class Runtime:
             log.info("%s: model call still running; exiting now", self.actor.name)
             os._exit(0)
 
-    def _output_thread(self, pull: zmq.Socket, pub: zmq.Socket) -> None:
-        try:
-            zmq.proxy(pull, pub)
-        except zmq.ContextTerminated:
-            pass
-        finally:
-            pull.close(0)
-            pub.close(0)
-
     def _heartbeat_thread(self) -> None:
         sock = self.ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, 0)
@@ -293,7 +284,7 @@ class Runtime:
                       "try `voxweft down` or change the port in the topology",
                       actor.name, topo.pub_bind(actor.name), exc)
             return EXIT_CONFIG
-        threading.Thread(target=self._output_thread, args=(pull, pub), name="output",
+        threading.Thread(target=output_proxy, args=(pull, pub), name="output",
                          daemon=True).start()
         self.out = self.ctx.socket(zmq.PUSH)
         self.out.setsockopt(zmq.LINGER, 0)
@@ -392,6 +383,17 @@ class Runtime:
         except zmq.ZMQError:
             pass
         sock.connect(endpoint)
+
+
+def output_proxy(pull: zmq.Socket, pub: zmq.Socket) -> None:
+    """The output thread: forward the inproc queue every thread sends on to the PUB socket."""
+    try:
+        zmq.proxy(pull, pub)
+    except zmq.ContextTerminated:
+        pass
+    finally:
+        pull.close(0)
+        pub.close(0)
 
 
 def resources() -> dict[str, int]:

@@ -377,7 +377,24 @@ def _longform(collected: BenchCollector, rows: list[dict], placed: list[Placed],
         return None
     refs = [p.item.ref_translation for p in placed]
     ref_words = (sum(len(r.split()) for r in refs) if all(refs) else None)
-    return benchmetrics.longform(duration_s, sorted(segments), ref_words)
+    out = benchmetrics.longform(duration_s, sorted(segments), ref_words)
+    # The same per utterance, each its own source from its first to its last voiced sample,
+    # as sentence-level SimulEval reports it.
+    per = []
+    for r in rows:
+        ev = collected.started.get(r["utt"])
+        if not ev or not r["translation"] or r["played_s"] is None:
+            continue
+        a, b = trace_ns(ev.trace, "speech_start"), trace_ns(ev.trace, "speech_end")
+        if a is None or b is None or b <= a:
+            continue
+        emit_s = (trace_ns(ev.trace, "play.start") - a) / 1e9
+        one = benchmetrics.longform((b - a) / 1e9,
+                                    [(emit_s, r["played_s"], len(r["translation"].split()))])
+        per.append(one["laal_ca_s"])
+    out["laal_ca_sentence_mean_s"] = round(float(np.mean(per)), 3) if per else None
+    out["sentences"] = len(per)
+    return out
 
 
 def _quality(rows: list[dict], placed: list[Placed], floor: dict) -> dict:
@@ -437,7 +454,7 @@ def _targets(report: dict) -> list[dict]:
         worst = max(grow.items(), key=lambda kv: kv[1]["slope_per_10min"], default=None)
         out.append({"name": "soak: largest RSS slope (MB per 10 min)",
                     "target": "0 within 95 % CI", "goal": None,
-                    "value": f"{worst[0]} {worst[1]['slope_per_10min']}" if worst else None,
+                    "value": f"{worst[0]} {worst[1]['slope_per_10min']:+.2f}" if worst else None,
                     "met": None if not worst else not any(
                         s["distinguishable_from_zero"] and s["slope_per_10min"] > 0
                         for s in grow.values())})

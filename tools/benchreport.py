@@ -176,7 +176,9 @@ def markdown(report: dict) -> str:
                   f"StartOffset {_fmt(lf.get('start_offset_s'))} s, EndOffset "
                   f"{_fmt(lf.get('end_offset_s'))} s, LAAL_CA {_fmt(lf.get('laal_ca_s'))} s "
                   f"over {_fmt(lf.get('source_duration_s'), 1)} s of source, "
-                  f"{_fmt(lf.get('output_words'))} output words"]
+                  f"{_fmt(lf.get('output_words'))} output words; per utterance (each its own "
+                  f"source, mean over {_fmt(lf.get('sentences'))}): LAAL_CA "
+                  f"{_fmt(lf.get('laal_ca_sentence_mean_s'))} s"]
 
     soak = report.get("soak")
     if isinstance(soak, dict):

@@ -45,6 +45,7 @@ from multiprocessing import connection
 import numpy as np
 import zmq
 
+from actors.runtime import output_proxy
 from protocol import sockets
 from protocol.codec import decode, encode
 from protocol.messages import AudioFrame, EndOfStream, now_ns, stamp
@@ -74,17 +75,6 @@ JOIN_S = 5.0                 # how long a finished process may take to exit
 
 
 # -- sender process ---------------------------------------------------------------------------
-def _proxy(pull: zmq.Socket, pub: zmq.Socket) -> None:
-    """The runtime's output thread: forward the inproc queue to the PUB socket."""
-    try:
-        zmq.proxy(pull, pub)
-    except zmq.ContextTerminated:
-        pass
-    finally:
-        pull.close(0)
-        pub.close(0)
-
-
 def _publish(bind: str, mode: str, count: int, ready, done, endpoint_out) -> dict:
     ctx = zmq.Context()
     out = proxy = None
@@ -94,7 +84,7 @@ def _publish(bind: str, mode: str, count: int, ready, done, endpoint_out) -> dic
         pull.bind(INPROC)
         pub = sockets.pub(ctx, bind)
         endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)   # the real port for tcp ":*"
-        proxy = threading.Thread(target=_proxy, args=(pull, pub), name="output", daemon=True)
+        proxy = threading.Thread(target=output_proxy, args=(pull, pub), name="output", daemon=True)
         proxy.start()
         out = ctx.socket(zmq.PUSH)
         out.setsockopt(zmq.LINGER, 0)

@@ -68,3 +68,26 @@ def test_pipeline_span_leaves_out_queueing():
     stages = {"asr_queue": 0.25, "mt_queue": 0.0, "tts_queue": 0.5}
     assert _pipeline_s(trace, stages) == 1.25
     assert _pipeline_s((("segment", 0, None),), stages) is None
+
+
+def test_long_form_figures_from_playback_traces():
+    from protocol.messages import PlaybackEvent
+    from tools.bench import BenchCollector, _longform
+
+    collected = BenchCollector()
+    t0 = 100 * S
+    # One utterance spoken from 1.0 to 3.0 s of the session; its 4-word translation started
+    # playing at 4.4 s and lasted 2.5 s.
+    collected.started["u"] = PlaybackEvent(utt="u", event="started", trace=(
+        ("speech_start", t0 + 1 * S, 1.0), ("speech_end", t0 + 3 * S, 3.0),
+        ("play.start", t0 + int(4.4 * S), None)))
+    rows = [{"utt": "u", "translation": "um dois três quatro", "played_s": 2.5}]
+    lf = _longform(collected, rows, [], 10.0, t0)
+    # Session: StartOffset 4.4; EndOffset 4.4 + 2.5 - 10 = -3.1; word delays 4.4, 5.025,
+    # 5.65, 6.275 (none after the source's 10 s), |Y| = 4: LAAL = mean(d_i - (i-1) * 2.5)
+    # = mean(4.4, 2.525, 0.65, -1.225) = 1.5875.
+    assert lf["start_offset_s"] == 4.4 and lf["end_offset_s"] == -3.1
+    assert lf["laal_ca_s"] == pytest.approx(1.588, abs=0.001)
+    # As its own source (1.0 -> 3.0 s): the first word is heard at 3.4 s > 2 s, so LAAL = 3.4.
+    assert lf["laal_ca_sentence_mean_s"] == 3.4 and lf["sentences"] == 1
+    assert _longform(collected, rows, [], 10.0, None) is None
