@@ -195,8 +195,10 @@ def markdown(report: dict) -> str:
             a for a in fds if a not in _dict(soak.get("rss_slope"))]
         if actors:
             lines.append("")
-            lines += _table(["actor", "RSS drift", "fds first", "fds last", "fds max"],
+            lines += _table(["actor", "RSS drift", "RSS, last half (MB)", "fds first",
+                             "fds last", "fds max"],
                             [[a, _slope(_get(soak, "rss_slope", a), "MB"),
+                              _get(soak, "rss_last_half_mb", a),
                               _get(fds, a, "first"), _get(fds, a, "last"), _get(fds, a, "max")]
                              for a in actors])
     return "\n".join(lines) + "\n"

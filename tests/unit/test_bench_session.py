@@ -91,3 +91,49 @@ def test_long_form_figures_from_playback_traces():
     # As its own source (1.0 -> 3.0 s): the first word is heard at 3.4 s > 2 s, so LAAL = 3.4.
     assert lf["laal_ca_sentence_mean_s"] == 3.4 and lf["sentences"] == 1
     assert _longform(collected, rows, [], 10.0, None) is None
+
+
+def test_soak_series_trends_and_queue_depth():
+    from protocol.messages import PlaybackEvent, Status
+    from tools.bench import BenchCollector, _soak
+
+    collected = BenchCollector()
+    t0 = 1000 * S
+    # One heartbeat per 5 s for 10 minutes: asr grows 1 MB a minute for the first 2 minutes,
+    # then stays; the player grows steadily by 0.5 MB a minute (a leak).
+    for i in range(121):
+        t = i * 5
+        asr_mb = 300 + min(t, 120) / 60
+        player_mb = 70 + 0.5 * t / 60
+        for actor, mb in (("asr", asr_mb), ("player", player_mb)):
+            collected.statuses.setdefault(actor, []).append(Status(
+                state="ready", sent_ns=t0 + t * S, src=actor,
+                resources={"rss_kb": int(mb * 1024), "fds": 20}))
+    # Utterance a committed at 10 s, heard at 12 s; b committed at 11 s, heard at 16 s;
+    # c committed at 30 s, never heard.
+    for utt, commit, heard in (("a", 10, 12), ("b", 11, 16), ("c", 30, None)):
+        collected.commit_ns[utt] = t0 + commit * S
+        if heard:
+            collected.started[utt] = PlaybackEvent(
+                utt=utt, event="started", trace=(("play.start", t0 + heard * S, None),))
+    rows = [{"wall_s": 60.0 * k, "speech_end_to_first_audio_s": 2.0 + 0.1 * k}
+            for k in range(10)]
+    soak = _soak(collected, rows, t0, 10.0)
+    assert soak["latency_slope"]["slope_per_10min"] == pytest.approx(1.0)
+    assert soak["rss_after_s"] == 60.0
+    assert soak["rss_slope"]["player"]["slope_per_10min"] == pytest.approx(5.0, abs=0.05)
+    assert soak["rss_last_half_mb"] == {"asr": 0.0, "player": pytest.approx(2.5, abs=0.05)}
+    depth = dict((t, d) for t, d in soak["series"]["queue_depth"])
+    assert depth[10.0] == 1 and depth[15.0] == 1 and depth[20.0] == 0
+    assert soak["queue_depth"]["max"] == 1 and soak["fds"]["asr"] == {"first": 20, "last": 20,
+                                                                       "max": 20}
+    from tools.bench import _targets
+
+    targets = {t["name"]: t for t in _targets({
+        "latency": {"speech_end_to_first_audio_s": {"p50": 1.2}},
+        "floor": {"ratio_p50": 1.2}, "bus": None, "soak": soak})}
+    assert targets["end of speech -> first audio p50 (s)"]["met"] is True
+    assert targets["pipeline / in-process floor (p50)"]["met"] is False
+    assert targets["soak: latency slope (s per 10 min)"]["met"] is False   # +1 s per 10 min
+    growth = targets["soak: largest RSS growth over the second half (MB)"]
+    assert growth["value"] == "player +2.50" and growth["met"] is False   # 2.5 MB > 1 % of 75
