@@ -39,6 +39,7 @@ _CLAUSE_END = ".,;:!?…"
 # Closing quotes/brackets that may follow the mark ("Sim," -> 'Sim,"' still ends a clause).
 _CLOSERS = "\"'”’»)]"
 _MIN_WORDS = 3
+MID_CLAUSE_TAIL_S = 0.04   # silence kept after a chunk cut between two words of a clause
 _DEFAULT_MAX_CHARS = 200
 
 _ESPEAK_MISSING = (
@@ -457,6 +458,9 @@ class KokoroEngine(TtsEngine):
             phonemes = self.phonemize(clause, lang)
             pieces = [self._infer(p, speed) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+            if clause.rstrip(_CLOSERS)[-1:] not in _CLAUSE_END:
+                # A chunk cut inside a clause runs on into the next one: no pause after it.
+                audio = _trim(audio, self.sample_rate, tail_s=MID_CLAUSE_TAIL_S)
             if audio.size:
                 yield audio
 

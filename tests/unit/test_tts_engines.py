@@ -295,3 +295,18 @@ def test_kokoro_plan_starts_small_and_grows():
     assert KokoroEngine(first_chunk_chars=500).plan(text) == [
         "E,", "vale a pena mencionar de passagem que como um exemplo de tipografia fina,",
         "nunca foi superado."]
+
+
+def test_kokoro_pauses_only_where_the_text_does(kokoro):
+    # Chunks cut between two words of a clause keep ~40 ms of silence, clause ends ~120 ms.
+    text = "Produziram os livros de blocos, que foram os antecessores imediatos do livro."
+    plan = kokoro.plan(text)
+    chunks = list(kokoro.synthesize(text, "pt"))
+    assert len(chunks) == len(plan) >= 3
+    for clause, audio in zip(plan, chunks, strict=True):
+        loud = np.flatnonzero(np.abs(audio) > 0.01)
+        tail_s = (len(audio) - 1 - loud[-1]) / kokoro.sample_rate
+        if clause[-1] in ".,":
+            assert 0.1 <= tail_s <= 0.13, (clause, tail_s)
+        else:
+            assert tail_s <= 0.05, (clause, tail_s)
