@@ -239,9 +239,12 @@ def test_capture_hears_speech_played_into_the_sink_in_real_time(pulse):  # noqa:
     audio_s = np.arange(len(frames)) * 0.02
     drift = arrived - arrived[0] - audio_s
     assert np.max(np.abs(drift)) < 0.15, np.max(np.abs(drift))
-    # capture_ns: consecutive frames 20 ms apart, each stamped before it arrived.
+    # capture_ns: frames 20 ms apart on average, in order, none off by half a frame (the ADC
+    # time PortAudio reports per block jitters by ~5 ms on a loaded machine).
     stamps = np.array([ns for _, ns, _ in frames])
-    assert np.max(np.abs(np.diff(stamps) - 20_000_000)) < 5_000_000
+    steps = np.diff(stamps)
+    assert np.all(steps > 0) and abs(np.mean(steps) - 20_000_000) < 500_000, steps
+    assert np.max(np.abs(steps - 20_000_000)) < 10_000_000, steps
     print(f"\ncapture: similarity {similarity:.3f}, timestamps via {mic.time_source}, "
           f"pacing drift max {np.max(np.abs(drift)) * 1000:.0f} ms, "
           f"input latency {mic.stream.latency * 1000:.1f} ms")
