@@ -17,7 +17,6 @@ One run does, in order:
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
@@ -378,32 +377,26 @@ def _longform(collected: BenchCollector, rows: list[dict], placed: list[Placed],
     """Start/end offset and computation-aware LAAL of the spoken translation (real time)."""
     if t0_ns is None:
         return None
-    segments = []
+    # Each played translation: one output segment of the session and, as sentence-level
+    # SimulEval reports it, one of its own utterance (from its first to its last voiced sample).
+    segments, per = [], []
     for r in rows:
         ev = collected.started.get(r["utt"])
         if not ev or not r["translation"] or r["played_s"] is None:
             continue
-        emit_s = (trace_ns(ev.trace, "play.start") - t0_ns) / 1e9
-        segments.append((emit_s, r["played_s"], len(r["translation"].split())))
+        start = trace_ns(ev.trace, "play.start")
+        words = len(r["translation"].split())
+        segments.append(((start - t0_ns) / 1e9, r["played_s"], words))
+        a, b = trace_ns(ev.trace, "speech_start"), trace_ns(ev.trace, "speech_end")
+        if a is not None and b is not None and b > a:
+            one = benchmetrics.longform((b - a) / 1e9, [((start - a) / 1e9, r["played_s"],
+                                                         words)])
+            per.append(one["laal_ca_s"])
     if not segments:
         return None
     refs = [p.item.ref_translation for p in placed]
     ref_words = (sum(len(r.split()) for r in refs) if all(refs) else None)
     out = benchmetrics.longform(duration_s, sorted(segments), ref_words)
-    # The same per utterance, each its own source from its first to its last voiced sample,
-    # as sentence-level SimulEval reports it.
-    per = []
-    for r in rows:
-        ev = collected.started.get(r["utt"])
-        if not ev or not r["translation"] or r["played_s"] is None:
-            continue
-        a, b = trace_ns(ev.trace, "speech_start"), trace_ns(ev.trace, "speech_end")
-        if a is None or b is None or b <= a:
-            continue
-        emit_s = (trace_ns(ev.trace, "play.start") - a) / 1e9
-        one = benchmetrics.longform((b - a) / 1e9,
-                                    [(emit_s, r["played_s"], len(r["translation"].split()))])
-        per.append(one["laal_ca_s"])
     out["laal_ca_sentence_mean_s"] = round(float(np.mean(per)), 3) if per else None
     out["sentences"] = len(per)
     return out
@@ -534,4 +527,4 @@ def load_report(path: Path) -> dict:
         raise BenchError(f"cannot read bench report {path}: {exc}") from exc
     if not isinstance(report, dict) or "schema" not in report:
         raise BenchError(f"{path} is not a voxweft bench report (no 'schema' key)")
-    return copy.deepcopy(report)
+    return report
