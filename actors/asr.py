@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import collections
 import importlib.resources
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from actors.runtime import Actor, StartupError
-from protocol.messages import Message, Segment, Transcript, now_ns, traced
+from protocol.messages import Done, Message, Segment, Transcript, now_ns, traced
 
 RATE = 16000
 
@@ -218,14 +219,30 @@ class AsrActor(Actor):
     """Pulls Segments from the segmenter's queue and publishes final Transcripts."""
 
     name = "asr"
+    downstream = "mt"
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
         self.engine = ENGINES[config.engine](**config.engine_settings())
+        # (segmenter epoch, media start, end) of the segments taken from each stream.
+        self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
 
     def pulls(self) -> bool:
         """ASR is a worker of the segment queue."""
         return True
+
+    def subscriptions(self) -> list[tuple[str, bytes]]:
+        """The segmenter's heartbeat: segments come over PULL, this proves we hear it."""
+        return [("segmenter", b"status.")]
+
+    def _retold(self, msg: Segment) -> bool:
+        """The same speech from a restarted segmenter (it resumes from our last heartbeat)."""
+        for epoch, start, end in self.taken:
+            overlap = min(end, msg.media_end_s) - max(start, msg.media_start_s)
+            shorter = min(end - start, msg.media_end_s - msg.media_start_s)
+            if epoch != msg.epoch and shorter > 0 and overlap > shorter / 2:
+                return True
+        return False
 
     def load(self) -> None:
         """Build the model."""
@@ -241,6 +258,17 @@ class AsrActor(Actor):
         """Transcribe one segment in the language the message names."""
         if not isinstance(msg, Segment):
             return
+        if msg.stream != self.stream:
+            self.stream, self.media_ms = msg.stream, 0
+            self.taken.clear()
+        if self._retold(msg):
+            self.counters["duplicates"] += 1
+            self.log.info("asr: %s repeats speech already taken (%.2f-%.2f s); dropped",
+                          msg.utt, msg.media_start_s, msg.media_end_s)
+            yield Done(utt=msg.utt, complete=False)   # the segmenter may forget it
+            return
+        self.taken.append((msg.epoch, msg.media_start_s, msg.media_end_s))
+        self.media_ms = max(self.media_ms, int(msg.media_end_s * 1000))
         lang = msg.src_lang or self.config.src_lang
         if lang not in self.engine.languages():
             self.counters["refused_lang"] += 1

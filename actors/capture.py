@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
+import os
 import queue
 import time
 from collections.abc import Iterator
@@ -58,9 +60,23 @@ class FileSource:
         except (sf.LibsndfileError, RuntimeError, OSError) as exc:
             raise StartupError(f"cannot read audio file {path!r}: {exc}; give a WAV, FLAC, "
                                "OGG or MP3 file") from None
+        self.frame_samples = frame_samples
         self.assembler = FrameAssembler(self.file.samplerate, frame_samples)
         self.block = max(1, int(self.file.samplerate * READ_BLOCK_S))
         self.ended = False
+        st = os.stat(path)
+        # Names the recording across restarts of this actor (same file, same content).
+        self.stream = "file:" + hashlib.sha1(
+            f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
+
+    def seek(self, media_s: float) -> int:
+        """Go to `media_s` (16 kHz timeline); return the pipeline sample it starts at."""
+        rate = self.file.samplerate
+        frame = min(self.file.frames, max(0, round(media_s * rate)))
+        self.file.seek(frame)
+        self.assembler = FrameAssembler(rate, self.frame_samples)
+        self.ended = False
+        return round(frame * PIPELINE_RATE / rate)
 
     def describe(self) -> str:
         """One line about the input format."""
@@ -76,8 +92,11 @@ class FileSource:
         frames = self.assembler.push(block, last=last)
         if last:
             self.ended = True
-            self.file.close()
         return frames
+
+    def close(self) -> None:
+        """Close the file."""
+        self.file.close()
 
 
 class MicrophoneSource:
@@ -219,6 +238,9 @@ class CaptureActor(Actor):
         self.ready_frames: collections.deque[np.ndarray] = collections.deque()   # read, unsent
         self.mic_lost_at: float | None = None
         self.last_retry = 0.0
+        self.feeding = 0        # file: the segmenter epoch we send to (AudioFrame.for_epoch)
+        self.taken_ms = 0       # file: furthest end of speech asr has taken (rewind point)
+        self.stalled_since: float | None = None   # file: waiting for the pipeline (credit)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """A file source listens to every actor's status to start when all are ready."""
@@ -234,10 +256,12 @@ class CaptureActor(Actor):
         """Open the file or the microphone."""
         if self.config.source == "file":
             self.source = FileSource(self.config.path, self.frame_samples)
+            self.stream = self.source.stream
         else:
             self.source = MicrophoneSource(self.config.device, self.frame_samples,
                                            self.counters, queue_ms=self.config.queue_ms)
             self.started_at = time.monotonic()
+            self.stream = f"mic:{self.epoch:x}"   # live: every start is a new stream
         self.log.info("capture: %s", self.source.describe())
 
     def _recover_microphone(self) -> None:
@@ -279,6 +303,8 @@ class CaptureActor(Actor):
         """Remember the peers' status (the file source's start condition)."""
         if isinstance(msg, Status):
             self.statuses[msg.src] = msg
+            if msg.src == "asr" and msg.stream == self.stream:
+                self.taken_ms = max(self.taken_ms, msg.media_ms)
         return iter(())
 
     def _pipeline_ready(self) -> bool:
@@ -292,7 +318,7 @@ class CaptureActor(Actor):
 
     def tick(self) -> Iterator[Message]:
         """Publish the frames that are due."""
-        if self.source is None or self.eos_sent:
+        if self.source is None:
             return
         if self.started_at is None:
             waited = time.monotonic() - self.wait_since
@@ -303,14 +329,84 @@ class CaptureActor(Actor):
                                  waited)
             self.started_at = time.monotonic()
             self.start_ns = time.time_ns()
+            if self.config.source == "file":
+                self._feed(self._resume_s())
         if self.config.source == "microphone":
             for pcm, first_ns in self.source.read_timed():
                 yield from self._frames([pcm], first_ns)
             if self.source.lost:
                 self._recover_microphone()
             return
-        speed = self.config.fast_speed if self.config.fast else 1.0
-        due_s = (time.monotonic() - self.started_at) * speed
+        yield from self._file_frames()
+
+    # -- file: flow control and recovery --------------------------------------------------
+    def _resume_s(self) -> float:
+        """Where to (re)start the file: what the pipeline already holds is not sent again.
+
+        A restarted capture goes on where the segmenter is; for a restarted segmenter,
+        from the end of the last speech asr took (what the old segmenter held is lost).
+        """
+        seg = self.statuses.get("segmenter")
+        if seg is not None and seg.stream == self.stream and seg.media_ms:
+            return seg.media_ms / 1000
+        return self.taken_ms / 1000
+
+    def _feed(self, media_s: float) -> None:
+        """Send from `media_s` on to the segmenter we hear now."""
+        seg = self.statuses.get("segmenter")
+        self.feeding = seg.epoch if seg is not None else 0
+        self.ready_frames.clear()
+        self.sent_samples = self.source.seek(media_s)
+        self.eos_sent = False
+        # Real-time pacing goes on from here: the file is "spoken" from this point now.
+        self.started_at = time.monotonic() - self.sent_samples / PIPELINE_RATE / self._speed()
+        self.start_ns = time.time_ns() - self.sent_samples * 10**9 // PIPELINE_RATE
+        if self.sent_samples:
+            self.log.info("capture: sending %s from %.2f s to segmenter epoch %d",
+                          self.stream, self.sent_samples / PIPELINE_RATE, self.feeding)
+
+    def _speed(self) -> float:
+        return self.config.fast_speed if self.config.fast else 1.0
+
+    def _credit(self) -> bool:
+        """True while the pipeline can take more of the file (flow control).
+
+        The segmenter's heartbeat says how far it has read and how many utterances are in
+        flight; we stay at most `max_ahead_s` ahead of it and stop reading while
+        `max_outstanding` utterances are not yet done. A file is never dropped in a
+        socket queue, and --fast goes as fast as the slowest actor and no faster.
+        """
+        seg = self.statuses.get("segmenter")
+        if seg is None:
+            return self.feeding == 0   # started without the pipeline: nothing to follow
+        if seg.epoch != self.feeding:
+            if seg.state in ("ready", "degraded") and seg.peers.get(self.name) == self.epoch:
+                self.log.info("capture: segmenter restarted; rewinding")
+                self.counters["rewinds"] += 1
+                self._feed(self._resume_s())
+            return False
+        consumed_ms = seg.media_ms if seg.stream == self.stream else 0
+        ahead_s = (self.sent_samples / PIPELINE_RATE) - consumed_ms / 1000
+        return ahead_s < self.config.max_ahead_s and \
+            seg.outstanding < self.config.max_outstanding
+
+    def _file_frames(self) -> Iterator[Message]:
+        credit = self._credit()   # after a segmenter restart, this rewinds (eos_sent too)
+        if self.eos_sent:
+            return
+        now = time.monotonic()
+        if not credit:
+            if self.stalled_since is None:
+                self.stalled_since = now
+            return
+        if self.stalled_since is not None:
+            # Pacing resumes where it stopped: the pipeline's pace, not the clock's.
+            stalled = now - self.stalled_since
+            self.started_at += stalled
+            self.start_ns += int(stalled * 1e9)
+            self.counters["stalled_ms"] += int(stalled * 1000)
+            self.stalled_since = None
+        due_s = (now - self.started_at) * self._speed()
         budget = 200   # frames per tick: keeps heartbeats and inputs flowing in fast mode
         while budget > 0:
             if not self.ready_frames:
@@ -324,7 +420,8 @@ class CaptureActor(Actor):
             yield from self._frames([self.ready_frames.popleft()], None)
         if self.source.ended and not self.ready_frames:
             self.eos_sent = True
-            yield EndOfStream(media_s=self.sent_samples / PIPELINE_RATE)
+            yield EndOfStream(media_s=self.sent_samples / PIPELINE_RATE, stream=self.stream,
+                              for_epoch=self.feeding)
             self.log.info("capture: end of file after %.2f s of audio",
                           self.sent_samples / PIPELINE_RATE)
 
@@ -341,7 +438,7 @@ class CaptureActor(Actor):
             self.sent += 1
             self.sent_samples += len(pcm)
             yield AudioFrame(sample_rate=PIPELINE_RATE, pcm=pcm, media_s=media_s,
-                             capture_ns=capture_ns)
+                             capture_ns=capture_ns, stream=self.stream, for_epoch=self.feeding)
 
     def tick_interval_s(self) -> float:
         """Wake at the next frame boundary."""
@@ -350,6 +447,6 @@ class CaptureActor(Actor):
         return 0.005 if self.config.fast else self.config.frame_ms / 2000
 
     def close(self) -> None:
-        """Stop the microphone."""
-        if isinstance(self.source, MicrophoneSource):
+        """Stop the microphone or close the file."""
+        if self.source is not None:
             self.source.close()

@@ -52,11 +52,19 @@ class CaptureConfig(ActorConfig):
     wait_ready_s: float = 600.0  # file: wait this long for the pipeline to be ready, then start
     queue_ms: int = 2000         # microphone: audio held for a busy actor loop before dropping
     device_retry_ms: int = 1000  # microphone: after losing the device, try to reopen this often
+    # File flow control: never more than this much audio ahead of the segmenter (its SUB
+    # queue stays far below its high-water mark, whose overflow stalls ZMTP heartbeats and
+    # drops the connection) ...
+    max_ahead_s: float = 30.0
+    # ... and no further reading while this many utterances are in flight (not yet done).
+    max_outstanding: int = 8
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""
         super().validate()
         _choice("source", self.source, ("microphone", "file"))
+        _range("max_ahead_s", self.max_ahead_s, 1.0, 150.0)
+        _range("max_outstanding", self.max_outstanding, 1, 60)
         if self.source == "file" and not self.path:
             raise ValueError("path must name an audio file when source = 'file'")
         _range("frame_ms", self.frame_ms, 10, 100)

@@ -440,6 +440,7 @@ class MtActor(Actor):
     """Translates final transcripts; refuses text in a language the engine does not take."""
 
     name = "mt"
+    downstream = "tts"
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)

@@ -3,34 +3,92 @@
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import soxr
 
 from actors.runtime import Actor, StartupError
-from protocol.messages import Message, PlaybackEvent, SpeechChunk, now_ns, traced
+from protocol.messages import Done, Message, PlaybackEvent, SpeechChunk, Status, now_ns, traced
+
+#: tts is taken for down when its heartbeat (2 Hz) has not been heard for this long.
+TTS_SILENT_S = 1.5
 
 
 class WavSink:
     """Writes what a loudspeaker would play, on a virtual clock that runs in real time.
 
     Silence fills the time between utterances, so the file is aligned with the session.
+
+    A journal beside it (`PATH.journal`: the session, then one JSON line per utterance
+    written whole) lets a player restarted in the same session go on with the same file: it
+    keeps the audio up to the end of the last whole utterance, drops a half-written one (it
+    comes again from tts) and knows which utterances are done. `session` names the session
+    (a journal of another one is ignored and replaced).
     """
 
-    def __init__(self, path: str, rate: int) -> None:
+    def __init__(self, path: str, rate: int, session: str = "") -> None:
         import soundfile as sf
 
+        self.rate = rate
+        self.first_ns: int | None = None
+        self.written = 0          # samples in the file
+        self.journal = Path(path + ".journal") if session else None
+        self.session = session
+        self.done: list[str] = []   # utterances written whole, from the journal
+        keep = self._resume(path) if self._same_session() else None
+        if self.journal is not None and keep is None:
+            self.journal.write_text(json.dumps({"session": session}) + "\n")
         try:
             self.file = sf.SoundFile(path, "w", samplerate=rate, channels=1, subtype="PCM_16")
         except (sf.LibsndfileError, OSError) as exc:
             raise StartupError(f"cannot write {path!r}: {exc}") from None
-        self.rate = rate
-        self.first_ns: int | None = None
-        self.written = 0          # samples in the file
+        if keep is not None:
+            self.file.write(keep)
+            self.written = len(keep)
+
+    def _same_session(self) -> bool:
+        if self.journal is None or not self.journal.exists():
+            return False
+        try:
+            first = json.loads(self.journal.read_text().splitlines()[0])
+        except (ValueError, IndexError, OSError):
+            return False
+        return isinstance(first, dict) and first.get("session") == self.session
+
+    def _resume(self, path: str) -> np.ndarray:
+        import soundfile as sf
+
+        end = 0
+        for line in self.journal.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue   # a line cut short by the crash
+            if "first_ns" in entry:
+                self.first_ns = int(entry["first_ns"])
+            elif "utt" in entry:
+                self.done.append(str(entry["utt"]))
+                end = int(entry["end"])
+        try:   # libsndfile reads a WAV whose writer was killed (header not yet updated)
+            audio, _rate = sf.read(path, dtype="float32", frames=end)
+        except (sf.LibsndfileError, RuntimeError, OSError):
+            audio = np.zeros(0, np.float32)
+        return np.concatenate([audio, np.zeros(max(0, end - len(audio)), np.float32)])
+
+    def _log(self, entry: dict) -> None:
+        if self.journal is not None:
+            with open(self.journal, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+
+    def finished(self, utt: str) -> None:
+        """`utt` is in the file whole."""
+        self._log({"utt": utt, "end": self.written})
 
     def idle(self) -> bool:
         """A file never runs dry: it needs no jitter buffer."""
@@ -44,6 +102,7 @@ class WavSink:
         now = now_ns()
         if self.first_ns is None:
             self.first_ns = now
+            self._log({"first_ns": now})
         end_ns = self.first_ns + int(self.written * 1e9 / self.rate)
         if now > end_ns:   # the "device" went idle: the gap is silence
             gap = int((now - end_ns) * self.rate / 1e9)
@@ -248,6 +307,9 @@ class DeviceSink:
         finally:
             self.closing = False
 
+    def finished(self, utt: str) -> None:
+        """A loudspeaker keeps no journal: a restarted player starts with an empty buffer."""
+
     def close(self) -> None:
         """Stop the stream."""
         self._close_stream()
@@ -286,10 +348,35 @@ class PlayerActor(Actor):
         self.cut_next = False        # the next audio written does not continue the last
         self.device_lost_at: float | None = None
         self.last_retry = 0.0
+        self.acks: list[Done] = []   # utterances written whole or skipped, to announce
+        self.tts: tuple[int, str, float] | None = None   # (epoch, state, monotonic heard)
+        self.tts_back = 0.0          # monotonic time tts (re)started working for us
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
-        """TTS's speech chunks."""
+        """TTS's speech chunks (and its heartbeat: a chunk is not late while tts restarts)."""
         return [("tts", b"speech.")]
+
+    def _session(self) -> str:
+        """The session: the frozen topology file `up` and `interpret` write for each run."""
+        source = Path(self.topology.source)
+        if not source.is_file():
+            return ""
+        return f"{source.resolve()}|{source.stat().st_mtime_ns}"
+
+    def held(self) -> int:
+        """Utterances queued or not yet heard (the heartbeat's `outstanding`)."""
+        return len(self.queue) + len(self.pending)
+
+    def _tts_working(self) -> bool:
+        if self.tts is None:
+            return False
+        _epoch, state, heard = self.tts
+        return state in ("ready", "degraded") and time.monotonic() - heard < TTS_SILENT_S
+
+    def duplicate(self, msg: Message) -> Iterator[Message]:
+        """A chunk sent again: if its utterance is done, say so again (tts missed it)."""
+        if isinstance(msg, SpeechChunk) and msg.utt in self.done:
+            yield Done(utt=msg.utt)
 
     def engine_name(self) -> str:
         """The sink kind."""
@@ -298,18 +385,29 @@ class PlayerActor(Actor):
     def load(self) -> None:
         """Open the device or the file."""
         if self.config.sink == "wav":
-            self.sink = WavSink(self.config.path, self.config.sample_rate)
+            self.sink = WavSink(self.config.path, self.config.sample_rate, self._session())
+            self.done.extend(self.sink.done)
+            if self.sink.done:
+                self.log.info("player: restarted; %s holds %d utterance(s) whole, %.1f s",
+                              self.config.path, len(self.sink.done),
+                              self.sink.written / self.sink.rate)
         else:
             self.sink = DeviceSink(self.config.device, self.counters)
             self.log.info("player: %s", self.sink.describe())
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Buffer a chunk under its utterance."""
+        if isinstance(msg, Status) and msg.src == "tts":
+            working_before = self._tts_working()
+            self.tts = (msg.epoch, msg.state, time.monotonic())
+            if self._tts_working() and not working_before:
+                self.tts_back = time.monotonic()
+            return iter(())
         if not isinstance(msg, SpeechChunk):
             return iter(())
         if msg.utt in self.done:
-            self.counters["late_chunks"] += 1   # its utterance already gave up waiting
-            return iter(())
+            self.counters["late_chunks"] += 1   # its utterance is done already
+            return iter((Done(utt=msg.utt),))
         u = self.queue.setdefault(msg.utt, Utterance(msg.utt))
         u.chunks[msg.index] = msg
         u.last_arrival = time.monotonic()
@@ -329,6 +427,8 @@ class PlayerActor(Actor):
         if getattr(self.sink, "lost", ""):
             self._recover()
         self._advance()
+        yield from self.acks
+        self.acks.clear()
         now = now_ns()
         while self.pending and self.pending[0][0] <= now:
             yield self.pending.pop(0)[1]
@@ -359,10 +459,12 @@ class PlayerActor(Actor):
         while self.queue:
             u = next(iter(self.queue.values()))
             self._feed(u)
-            if self.sink.busy_until_ns() > now_ns():
+            if self.sink.busy_until_ns() > now_ns() or not self._tts_working():
                 # Audio is still playing: the next chunk is not late until it has drained
-                # (a long clause can take Kokoro longer than gap_timeout_ms to make).
+                # (a long clause can take Kokoro longer than gap_timeout_ms to make). Nor
+                # while tts is down or loading: it sends the utterance again when back.
                 u.last_arrival = max(u.last_arrival, time.monotonic())
+            u.last_arrival = max(u.last_arrival, self.tts_back)
             gap_s = time.monotonic() - u.last_arrival
             if u.last_index is not None and u.next_index > u.last_index:
                 self._finish(u)
@@ -467,6 +569,9 @@ class PlayerActor(Actor):
         del self.queue[u.utt]
         self.done.append(u.utt)
         self._write(u, self._flush(u), end=True)   # the last chunk never came
+        self.sink.finished(u.utt)
+        # Upstream stages may forget it now: it is in the sink, whole or as whole as it gets.
+        self.acks.append(Done(utt=u.utt, complete=u.complete))
         if not u.complete:
             self.cut_next = True   # what follows does not continue this audio
         if u.started_ns is None:

@@ -30,9 +30,20 @@ from typing import ClassVar
 import psutil
 import zmq
 
+from actors.custody import Outbox, Resync, Seen
 from protocol import sockets
 from protocol.codec import ProtocolError, decode, encode
-from protocol.messages import Message, Status, Trace, now_ns, stamp, traced
+from protocol.messages import (
+    CUSTODY_TYPES,
+    Done,
+    Message,
+    Segment,
+    Status,
+    Trace,
+    now_ns,
+    stamp,
+    traced,
+)
 
 HEARTBEAT_S = 0.5           # >= 1 Hz with margin: a tap or `up` sees each actor twice a second
 STOP_GRACE_S = 1.5          # SIGTERM must end the process within 2 s, model call or not
@@ -52,6 +63,10 @@ class Actor:
     name: ClassVar[str] = ""
     #: Message types sent over the PUSH socket rather than the PUB socket.
     push_types: ClassVar[tuple[type[Message], ...]] = ()
+    #: The next stage on the utterance path. When set, the runtime keeps this actor's
+    #: utterance-path outputs until the player's Done and sends them again whenever that
+    #: stage restarts or rejoins (see actors.custody).
+    downstream: ClassVar[str] = ""
 
     def __init__(self, topology, config) -> None:
         self.topology = topology
@@ -63,6 +78,10 @@ class Actor:
         self.ready_ns = 0
         self.counters: collections.Counter[str] = collections.Counter()
         self.log = logging.getLogger(f"voxweft.{self.name}")
+        # Progress on the audio stream, published in the heartbeat (file flow control and
+        # resuming after a restart read it): which stream, and how far in (ms).
+        self.stream = ""
+        self.media_ms = 0
 
     def arrived(self, trace: Trace, stage: str) -> Trace:
         """`trace` with this message's "<stage>.ready" and "<stage>.recv" events."""
@@ -104,6 +123,14 @@ class Actor:
         """A non-empty reason when the actor is degraded (checked by the heartbeat)."""
         return ""
 
+    def held(self) -> int:
+        """Utterances this actor holds besides its outbox (the player's queue)."""
+        return 0
+
+    def duplicate(self, msg: Message) -> Iterable[Message]:
+        """Called instead of handle() for an utterance-path input handled before."""
+        return ()
+
     def close(self) -> None:
         """Release devices and files at shutdown."""
 
@@ -126,6 +153,11 @@ class Runtime:
         self.backlog: collections.deque[Message] = collections.deque()
         self.backlog_since: float | None = None
         self.seq: collections.Counter[str] = collections.Counter()
+        self.outbox = Outbox()
+        self.seen = Seen()
+        self.resync = Resync(actor.name, self.epoch)
+        self.links: collections.Counter[str] = collections.Counter()   # see Status.links
+        self.endpoint_peer: dict[str, str] = {}
         self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""))
         self.ctx = zmq.Context()
 
@@ -147,7 +179,13 @@ class Runtime:
         sock.connect("inproc://out")
         try:
             while not self.stop.wait(HEARTBEAT_S):
-                self._send_on(sock, self.status())
+                try:
+                    status = self.status()
+                except Exception:  # noqa: BLE001 - liveness must outlive a bug in a report
+                    log.exception("%s: cannot build the status heartbeat", self.actor.name)
+                    status = Status(state="degraded", detail="status report failed",
+                                    pid=os.getpid())
+                self._send_on(sock, status)
             self._send_on(sock, self.status())   # a last "stopping" for the tap
         except zmq.ZMQError:
             pass
@@ -166,7 +204,10 @@ class Runtime:
         counters["backlog"] = len(self.backlog)
         return Status(state=state, detail=detail, pid=os.getpid(),
                       engine=self.actor.engine_name(), busy_s=round(busy, 3),
-                      counters=counters, peers=dict(self.peers), resources=resources())
+                      counters=counters, peers=dict(self.peers), links=dict(self.links),
+                      outstanding=len(self.outbox) + self.actor.held(),
+                      stream=self.actor.stream, media_ms=int(self.actor.media_ms),
+                      resources=resources())
 
     def _degraded_reason(self) -> str:
         now = time.monotonic()
@@ -185,6 +226,15 @@ class Runtime:
 
     def send(self, msg: Message) -> None:
         """Send one output: PUSH types go to the work queue, the rest to the PUB."""
+        if self.actor.downstream and isinstance(msg, CUSTODY_TYPES):
+            forgotten = self.outbox.keep(msg)
+            if forgotten:
+                self.actor.counters["outbox_dropped"] += 1
+                log.warning("%s: more than %d utterances in flight; no longer holding %s",
+                            self.actor.name, self.outbox.limit, forgotten)
+        self._transmit(msg)
+
+    def _transmit(self, msg: Message) -> None:
         if isinstance(msg, self.actor.push_types):
             self.backlog.append(msg)
             self._flush_backlog()
@@ -210,6 +260,19 @@ class Runtime:
             self.actor.counters["tx"] += 1
         self.backlog_since = None
 
+    def _send_again(self, status: Status) -> None:
+        """The downstream stage (re)joined: send it everything still held."""
+        held = list(self.outbox.all())
+        if not held:
+            return
+        queued = {id(m) for m in self.backlog}
+        for msg in held:
+            if id(msg) not in queued:
+                self._transmit(msg)
+        self.actor.counters["resent"] += len(held)
+        log.info("%s: %s (epoch %d) joined; sent again %d message(s) of %d utterance(s)",
+                 self.actor.name, status.src, status.epoch, len(held), len(self.outbox))
+
     def _emit(self, outputs: Iterable[Message] | None) -> None:
         # Each output goes out as soon as it is produced: streamed TTS chunks must not wait
         # for the end of the utterance. Nothing is held while the generator runs.
@@ -226,6 +289,10 @@ class Runtime:
         last = self.last_seq.get(key)
         if last is not None and previous == msg.epoch and msg.seq > last + 1:
             self.actor.counters["gaps"] += msg.seq - last - 1
+            # Lost on the way (a PUB queue overflowed): ask the sender for what it holds.
+            # Segments come over PUSH, where one worker's share has gaps by design.
+            if isinstance(msg, CUSTODY_TYPES) and not isinstance(msg, Segment):
+                self.links[msg.src] += 1
         self.last_seq[key] = msg.seq
 
     def _receive(self, sock: zmq.Socket) -> None:
@@ -244,10 +311,21 @@ class Runtime:
                     log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
                 continue
             self._note(msg)
-            if msg.TYPE == "status":
+            if isinstance(msg, Done):
+                self.outbox.release(msg.utt)
+                continue
+            if isinstance(msg, Status):
+                if msg.src == self.actor.downstream and self.resync.check(msg):
+                    self._send_again(msg)
                 self._call(self.actor.handle, msg)
                 continue
             self.actor.counters["rx"] += 1
+            if isinstance(msg, CUSTODY_TYPES):
+                if msg in self.seen:
+                    self.actor.counters["duplicates"] += 1
+                    self._call(self.actor.duplicate, msg)
+                    continue
+                self.seen.add(msg)
             self._call(self.actor.handle, msg)
             if self.fault and self.fault[0] == "crash_after" and \
                     self.actor.counters["rx"] >= self.fault[1]:
@@ -293,16 +371,24 @@ class Runtime:
 
         # Inputs connect before load(): what arrives meanwhile waits in ZeroMQ's queues.
         inputs = []
-        by_peer: dict[str, list[bytes]] = collections.defaultdict(list)
+        by_peer: dict[str, set[bytes]] = collections.defaultdict(set)
         for peer, topic in actor.subscriptions():
-            by_peer[peer].append(topic)
+            # Every upstream's heartbeat too: our own then shows whom we hear (Status.peers),
+            # which is how a sender knows we can take what it sends again.
+            by_peer[peer] |= {topic, b"status."}
+        if actor.downstream:   # its restarts, and the word that an utterance is done: from
+            # the player, or from the next stage when it drops an utterance it already has
+            by_peer[actor.downstream] |= {b"status.", b"done."}
+            by_peer["player"].add(b"done.")
         if by_peer:
             sub = sockets.sub(self.ctx, [], sorted({t for ts in by_peer.values() for t in ts}))
             for peer in by_peer:
                 sub.connect(topo.pub_connect(peer))
+                self.endpoint_peer[topo.pub_connect(peer)] = peer
             inputs.append(sub)
         if actor.pulls():
             inputs.append(sockets.pull(self.ctx, [topo.push_connect()]))
+            self.endpoint_peer[topo.push_connect()] = "segmenter"
         self.push = None
         if actor.push_types:
             try:
@@ -376,6 +462,8 @@ class Runtime:
         event = recv_monitor_message(mon)
         endpoint = event["endpoint"].decode()
         self.actor.counters["disconnects"] += 1
+        # What was queued on that connection is gone: its sender sends its outbox again.
+        self.links[self.endpoint_peer.get(endpoint, endpoint)] += 1
         log.info("%s: lost %s (peer stopped or sent an oversized frame); reconnecting",
                  self.actor.name, endpoint)
         try:

@@ -36,6 +36,7 @@ class SegmenterActor(Actor):
 
     name = "segmenter"
     push_types = (Segment,)
+    downstream = "asr"
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
@@ -47,9 +48,9 @@ class SegmenterActor(Actor):
         self.vad_config.validate()
         self.vad: SileroVad | None = None
         self.segmenter: UtteranceSegmenter | None = None
-        self.stream_epoch: int | None = None   # capture epoch the current stream belongs to
         self.next_sample = 0
         self.utterances = 0      # committed utterances in this process
+        self.feeder = 0          # epoch of the capture process whose frames we take
         self.ids: dict[int, str] = {}   # segmenter index -> utterance id (never reused)
         self.next_id = 0
         # The echo gate only where an echo path exists: a microphone that can hear a speaker.
@@ -87,10 +88,13 @@ class SegmenterActor(Actor):
         self.segmenter.push(np.zeros(RATE // 2, np.float32))
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, stream: str = "", sample: int = 0) -> None:
+        """A fresh VAD for `stream` from absolute `sample` on."""
         self.vad.reset()
         self.segmenter = UtteranceSegmenter(self.vad_config, self.vad)
-        self.next_sample = 0
+        self.segmenter.start_at(sample)
+        self.stream, self.next_sample = stream, sample
+        self.media_ms = sample * 1000 // RATE
         self.frame_times.clear()
         self.ids.clear()
 
@@ -144,20 +148,35 @@ class SegmenterActor(Actor):
             if self.echo_gate:
                 self._on_playback(msg)
             return
+        if isinstance(msg, (AudioFrame, EndOfStream)) and msg.for_epoch not in (0, self.epoch):
+            self.counters["frames_for_predecessor"] += 1   # the source rewinds for us
+            return
         if isinstance(msg, EndOfStream):
             yield from self._events(self.segmenter.flush())
-            self._reset()
-            yield EndOfStream(media_s=msg.media_s, utterances=self.utterances)
+            # Keep the stream and position: a capture restarted now resumes at the end.
+            self._reset(self.stream, self.next_sample)
+            yield EndOfStream(media_s=msg.media_s, utterances=self.utterances,
+                              stream=self.stream)
             self.log.info("segmenter: end of stream, %d utterance(s)", self.utterances)
             return
         if not isinstance(msg, AudioFrame):
             return
-        if msg.epoch != self.stream_epoch:
-            if self.stream_epoch is not None:
-                self.log.info("segmenter: capture restarted; closing the open utterance")
+        first = round(msg.media_s * RATE)
+        if msg.stream != self.stream:
+            if self.stream:
+                self.log.info("segmenter: a new audio stream; closing the open utterance")
                 yield from self._events(self.segmenter.flush())
-                self._reset()
-            self.stream_epoch = msg.epoch
+            # A stream may start anywhere: a file resumed after a restart of this actor
+            # starts where the last utterance handed to asr ended.
+            self._reset(msg.stream, first)
+        elif first < self.next_sample and msg.epoch == self.feeder:
+            # The same source went back: it sends again what a crash may have lost. The
+            # open utterance comes again with it.
+            self.log.info("segmenter: source rewound from %.2f to %.2f s",
+                          self.next_sample / RATE, first / RATE)
+            self.counters["rewinds"] += 1
+            self._reset(msg.stream, first)
+        self.feeder = msg.epoch
         pcm = msg.pcm
         if msg.sample_rate != RATE or pcm.ndim != 1:
             self.counters["bad_format"] += 1
@@ -166,12 +185,18 @@ class SegmenterActor(Actor):
             return
         if pcm.dtype != np.float32:
             pcm = pcm.astype(np.float32) / 32768.0
+        if first < self.next_sample:
+            # A restarted capture resumes from our last heartbeat: skip what we have.
+            pcm = pcm[self.next_sample - first:]
+            self.counters["overlap_samples"] += min(len(msg.pcm), self.next_sample - first)
+            if not len(pcm):
+                return
+            first = self.next_sample
         if self.playback and self._echo(msg.capture_ns):
             # The VAD hears silence instead: an utterance open when playback began closes
             # after the hangover with what was said before; the echo never opens one.
             self.counters["echo_gated_frames"] += 1
             pcm = np.zeros_like(pcm)
-        first = round(msg.media_s * RATE)
         if first > self.next_sample:
             # Frames were lost upstream: keep media time true by filling with silence.
             missing = first - self.next_sample
@@ -180,6 +205,7 @@ class SegmenterActor(Actor):
             self.next_sample = first
         self.frame_times.append((self.next_sample, msg.capture_ns))
         self.next_sample += len(pcm)
+        self.media_ms = self.next_sample * 1000 // RATE
         yield from self._events(self.segmenter.push(pcm))
 
     def _events(self, events) -> Iterator[Message]:
@@ -205,6 +231,7 @@ class SegmenterActor(Actor):
         )
         yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / RATE,
                        wall_ns=self._wall_ns(u.speech_end_sample))
-        yield Segment(utt=utt, src_lang=self.config.src_lang, sample_rate=RATE, pcm=u.pcm,
+        yield Segment(utt=utt, stream=self.stream, src_lang=self.config.src_lang,
+                      sample_rate=RATE, pcm=u.pcm,
                       media_start_s=u.start_sample / RATE, media_end_s=u.end_sample / RATE,
                       forced=u.forced, trace=trace)

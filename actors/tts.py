@@ -26,6 +26,7 @@ class TtsActor(Actor):
     """Each clause goes out the moment it is synthesized; an empty `last` chunk closes it."""
 
     name = "tts"
+    downstream = "player"
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)

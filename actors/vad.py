@@ -337,6 +337,11 @@ class UtteranceSegmenter:
         # (window start, prob) of the open utterance's recent windows, for forced splits
         self._recent: deque[tuple[int, float]] = deque(maxlen=self._lookback_windows)
 
+    def start_at(self, sample: int) -> None:
+        """Begin the stream at absolute ``sample`` rather than 0 (a resumed recording)."""
+        assert not len(self._buffer) and not self._in_speech, "start_at() on a fresh stream only"
+        self._buffer.start = self._scored_end = self._floor = sample
+
     @property
     def retained_samples(self) -> int:
         """Samples currently held (pre-roll ring or open utterance, plus unscored tail)."""

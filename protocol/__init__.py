@@ -5,6 +5,7 @@ from protocol.messages import (
     MAJOR,
     REGISTRY,
     AudioFrame,
+    Done,
     EndOfStream,
     Message,
     PlaybackEvent,
@@ -20,7 +21,7 @@ from protocol.messages import (
 )
 
 __all__ = [
-    "MAJOR", "REGISTRY", "AudioFrame", "EndOfStream", "Message", "PlaybackEvent",
+    "MAJOR", "REGISTRY", "AudioFrame", "Done", "EndOfStream", "Message", "PlaybackEvent",
     "ProtocolError", "Segment", "SpeechChunk", "Status", "Transcript", "Translation",
     "VadEvent", "decode", "encode", "now_ns", "trace_ns", "traced",
 ]

@@ -80,8 +80,12 @@ class AudioFrame(PcmMessage):
     """20 ms of captured audio (16 kHz mono float32 in the pipeline)."""
 
     TYPE: ClassVar[str] = "audio"
+    stream: str = ""          # which recording: a resumed file keeps its id, a microphone's is new
     media_s: float = 0.0      # stream time of the first sample
     capture_ns: int = 0       # wall-clock time the first sample was captured
+    #: File sources: the segmenter epoch the frame is meant for. A restarted segmenter
+    #: ignores what was meant for its predecessor; the source rewinds and sends again.
+    for_epoch: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +95,8 @@ class EndOfStream(Message):
     TYPE: ClassVar[str] = "eos"
     media_s: float = 0.0
     utterances: int = -1
+    stream: str = ""
+    for_epoch: int = 0        # as AudioFrame.for_epoch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +116,7 @@ class Segment(PcmMessage):
 
     TYPE: ClassVar[str] = "segment"
     utt: str = ""
+    stream: str = ""          # the AudioFrame stream it was cut from
     src_lang: str = ""
     media_start_s: float = 0.0
     media_end_s: float = 0.0
@@ -173,6 +180,19 @@ class PlaybackEvent(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Done(Message):
+    """The player wrote an utterance whole to its sink, or skipped it (no speech).
+
+    Every stage keeps what it sent for an utterance until this arrives, and sends it again
+    when the next stage restarts or loses its connection: a crash loses no utterance.
+    """
+
+    TYPE: ClassVar[str] = "done"
+    utt: str = ""
+    complete: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class Status(Message):
     """Liveness and readiness heartbeat, published at >= 1 Hz by every actor."""
 
@@ -184,6 +204,12 @@ class Status(Message):
     busy_s: float = 0.0       # how long the current model call has run; 0 when idle
     counters: dict[str, int] = field(default_factory=dict)
     peers: dict[str, int] = field(default_factory=dict)   # sender -> epoch last heard
+    #: sender -> how often its stream broke (disconnect, sequence gap): each change asks the
+    #: sender to send again what it still holds for us
+    links: dict[str, int] = field(default_factory=dict)
+    outstanding: int = 0      # utterances sent and held until Done (or queued, the player)
+    stream: str = ""          # the audio stream this actor works on ...
+    media_ms: int = 0         # ... and how far into it: consumed (segmenter), received (asr)
     #: rss_kb, peak_rss_kb, cpu_ms (user + system), fds (open descriptors), threads
     resources: dict[str, int] = field(default_factory=dict)
 
@@ -192,8 +218,12 @@ class Status(Message):
 REGISTRY: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Transcript, Translation,
-                SpeechChunk, PlaybackEvent, Status)
+                SpeechChunk, PlaybackEvent, Done, Status)
 }
+
+#: The utterance path. A sender keeps each of these until the player's Done for its
+#: utterance; a receiver drops one it has already handled.
+CUSTODY_TYPES = (Segment, Transcript, Translation, SpeechChunk)
 
 STATES = ("loading", "ready", "degraded", "stopping")
 

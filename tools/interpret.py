@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -17,12 +18,28 @@ from deploy.supervisor import Supervisor, SupervisorError, wait_ready
 from deploy.topology import Topology, parse
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
-from protocol.messages import EndOfStream, PlaybackEvent, Transcript, Translation, VadEvent
+from protocol.messages import (
+    Done,
+    EndOfStream,
+    PlaybackEvent,
+    Status,
+    Transcript,
+    Translation,
+    VadEvent,
+    trace_ns,
+)
 from tools.languages import fit_engines
 from tools.latency import summarize, utterance_latency
 from tools.subtitles import write_subtitles
 
-WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos."]
+WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos.", b"done.",
+           b"status."]
+#: The stages that hold utterances; the session is over when none holds one after the end.
+HOLDERS = ("segmenter", "asr", "mt", "tts", "player")
+#: A heartbeat this long after the end of stream was built after it (heartbeats are 2 Hz).
+AFTER_EOS_NS = 700_000_000
+#: No utterance moved for this long while some are held: the wait ends with an error.
+STALL_S = 300.0
 
 
 def free_ports(n: int) -> list[int]:
@@ -74,18 +91,29 @@ class Collector:
         self.translations: dict[str, Translation] = {}
         self.started: dict[str, PlaybackEvent] = {}
         self.ended: dict[str, PlaybackEvent] = {}
+        self.done: set[str] = set()
         self.eos: EndOfStream | None = None
+        self.latest: dict[str, Status] = {}
+        self.progress_at = time.monotonic()   # when an utterance last moved
 
     def add(self, msg) -> None:
         """Record one message; print transcripts and translations as they arrive."""
+        if isinstance(msg, Status):
+            self.latest[msg.src] = msg
+            return
+        self.progress_at = time.monotonic()
         if isinstance(msg, VadEvent) and msg.event == "end":
             self.committed.append(msg.utt)
+        elif isinstance(msg, Done):
+            self.done.add(msg.utt)
         elif isinstance(msg, Transcript) and msg.final:
+            if msg.utt not in self.transcripts:   # sent again after a restart: once only
+                print(f"[{msg.utt}] {msg.src_lang}: {msg.text}", flush=True)
             self.transcripts[msg.utt] = msg
-            print(f"[{msg.utt}] {msg.src_lang}: {msg.text}", flush=True)
         elif isinstance(msg, Translation):
+            if msg.utt not in self.translations:
+                print(f"[{msg.utt}] {msg.tgt_lang}: {msg.text}", flush=True)
             self.translations[msg.utt] = msg
-            print(f"[{msg.utt}] {msg.tgt_lang}: {msg.text}", flush=True)
         elif isinstance(msg, PlaybackEvent):
             if msg.event == "started":
                 self.started[msg.utt] = msg
@@ -95,14 +123,42 @@ class Collector:
             self.eos = msg
 
     def finished(self) -> bool:
-        """The source ended and every committed utterance has been spoken (or skipped)."""
-        return (self.eos is not None and len(self.committed) >= self.eos.utterances
-                and all(u in self.ended for u in self.committed))
+        """The source ended and no stage holds an utterance any more.
 
-    def write(self, out_dir: Path, fast: bool, src: str, tgt: str) -> dict:
+        The end of stream must come from the segmenter running now (a restarted one reads
+        the rest of the file again), and every holder's heartbeat, built after it, must say
+        it holds nothing: each keeps what it sent until the player is done with it.
+        """
+        seg = self.latest.get("segmenter")
+        if self.eos is None or seg is None or seg.epoch != self.eos.epoch:
+            return False
+        after = self.eos.sent_ns + AFTER_EOS_NS
+        return all(a in self.latest and self.latest[a].sent_ns > after
+                   and self.latest[a].outstanding == 0 for a in HOLDERS)
+
+    def stalled(self) -> str:
+        """Why the session cannot end, when no utterance has moved for STALL_S; else ''."""
+        held = {a: s.outstanding for a, s in self.latest.items() if s.outstanding}
+        if not held:   # a long silence in the input holds nothing: it is no stall
+            self.progress_at = time.monotonic()
+        if time.monotonic() - self.progress_at < STALL_S:
+            return ""
+        states = ", ".join(f"{a} {s.state}" for a, s in self.latest.items())
+        return (f"no utterance moved for {STALL_S:.0f} s; held: {held or 'none'}; "
+                f"{states}")
+
+    def utterances(self) -> list[str]:
+        """Every utterance transcribed, in media order (commit order breaks on a restart)."""
+        seen = dict.fromkeys([*self.committed, *self.transcripts])
+        return sorted(seen, key=lambda u: (self.transcripts[u].media_start_s
+                                           if u in self.transcripts else float("inf")))
+
+    def write(self, out_dir: Path, fast: bool, src: str, tgt: str,
+              partial: str = "") -> dict:
         """transcript.jsonl, translation.jsonl, subtitles and latency.json."""
+        order = self.utterances()
         with open(out_dir / "transcript.jsonl", "w", encoding="utf-8") as f:
-            for utt in self.committed:
+            for utt in order:
                 t = self.transcripts.get(utt)
                 if t:
                     f.write(json.dumps({"utt": utt, "lang": t.src_lang, "text": t.text,
@@ -110,7 +166,7 @@ class Collector:
                                         "media_end_s": round(t.media_end_s, 3)},
                                        ensure_ascii=False) + "\n")
         with open(out_dir / "translation.jsonl", "w", encoding="utf-8") as f:
-            for utt in self.committed:
+            for utt in order:
                 t = self.translations.get(utt)
                 if t:
                     f.write(json.dumps({"utt": utt, "src_lang": t.src_lang,
@@ -120,18 +176,22 @@ class Collector:
                                         "media_end_s": round(t.media_end_s, 3)},
                                        ensure_ascii=False) + "\n")
         # Both subtitle files follow the input's timeline: they subtitle the original media.
-        write_subtitles(out_dir, src, [vars_of(self.transcripts[u]) for u in self.committed
+        write_subtitles(out_dir, src, [vars_of(self.transcripts[u]) for u in order
                                        if u in self.transcripts])
-        write_subtitles(out_dir, tgt, [vars_of(self.translations[u]) for u in self.committed
+        write_subtitles(out_dir, tgt, [vars_of(self.translations[u]) for u in order
                                        if u in self.translations])
         rows = []
-        for utt in self.committed:
+        for utt in order:
             ev = self.started.get(utt) or self.ended.get(utt)
-            row = {"utt": utt, "played": utt in self.started}
+            row = {"utt": utt, "played": utt in self.started,
+                   "speech_end_ns": trace_ns(ev.trace, "speech_end") if ev else None}
             row.update(utterance_latency(ev.trace) if ev else {})
             rows.append(row)
         report = {
             "mode": "fast" if fast else "realtime",
+            # Stopped before the end (a signal, a failure): what was interpreted so far.
+            "partial": bool(partial),
+            "stopped": partial,
             "utterances": rows,
             "summary": {
                 key: summarize([r.get(key) for r in rows])
@@ -142,6 +202,21 @@ class Collector:
         return report
 
 
+class Terminated(Exception):
+    """SIGTERM or SIGHUP: stop the pipeline and keep what was interpreted, as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_terminated(signum, _frame) -> None:
+    raise Terminated(signum)
+
+
 def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: Path,
                    timeout_s: float | None, what: str) -> tuple[int, str]:
     """Run the topology's actors under a private supervisord until `collector` is done.
@@ -150,6 +225,9 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     actors stop and their logs are copied to `out_dir/logs`.
     Returns (exit code, reason): 0 when the collector finished.
     """
+    # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
+    original = {s: signal.signal(s, _raise_terminated) for s in STOP_SIGNALS}
+    original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)
     sup.write(topology, "_interpret")
@@ -176,6 +254,10 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
                     continue
             if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
+                stalled = collector.stalled()
+                if stalled:
+                    code, reason = 1, stalled
+                    break
                 for name, info in sup.processes().items():
                     if info["statename"] in ("FATAL", "EXITED"):
                         raise SupervisorError(f"actor {name} failed: {sup.last_error(name)}")
@@ -183,7 +265,12 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
         code, reason = 1, str(exc)
     except KeyboardInterrupt:
         code, reason = 130, "interrupted"
+    except Terminated as exc:
+        code, reason = 128 + exc.signum, f"stopped by {signal.Signals(exc.signum).name}"
     finally:
+        # A second signal must not cut the shutdown short: actors would be left behind.
+        for signum in original:
+            signal.signal(signum, signal.SIG_IGN)
         sub.close(0)
         ctx.term()
         try:
@@ -192,6 +279,8 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
             print(f"voxweft: {exc}", file=sys.stderr)
         shutil.copytree(run_dir / "logs", out_dir / "logs", dirs_exist_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
+        for signum, handler in original.items():
+            signal.signal(signum, handler)
     return code, reason
 
 
@@ -218,15 +307,16 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
     code, reason = run_supervised(
         topology, collected, WATCHED, out_dir, timeout_s,
         f"interpreting {input_path.name} ({src} -> {tgt}{', fast' if fast else ''})")
-    report = collected.write(out_dir, fast, src, tgt)
+    report = collected.write(out_dir, fast, src, tgt, partial=reason if code else "")
     if code:
-        print(f"voxweft interpret: failed: {reason} (logs in {out_dir / 'logs'})",
-              file=sys.stderr)
+        print(f"voxweft interpret: {'stopped' if code >= 128 else 'failed'}: {reason}; "
+              f"partial outputs ({len(collected.transcripts)} utterance(s)) in {out_dir}, "
+              f"logs in {out_dir / 'logs'}", file=sys.stderr)
         return code
-    if not collected.committed:
+    if not collected.utterances():
         print(f"voxweft: no speech found in the input; outputs in {out_dir}", flush=True)
         return 0
     lat = report["summary"]["speech_end_to_first_audio_s"]
-    print(f"voxweft: {len(collected.committed)} utterance(s); end of speech -> first audio "
+    print(f"voxweft: {len(collected.utterances())} utterance(s); end of speech -> first audio "
           f"p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}", flush=True)
     return 0

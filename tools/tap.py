@@ -8,6 +8,7 @@ A recording is a stream of msgpack arrays ``[receive_ns, topic, header, payload?
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -18,8 +19,9 @@ import zmq
 
 from deploy.topology import Topology
 from protocol import sockets
-from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, ProtocolError, decode
+from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, ProtocolError, decode, encode
 from protocol.messages import (
+    CUSTODY_TYPES,
     EndOfStream,
     Message,
     PcmMessage,
@@ -140,6 +142,7 @@ def replay(topology: Topology, path: Path, fast: bool, topic: str = "") -> int:
 
     Only messages whose topic starts with `topic` are published, so a recording of the
     whole bus can drive one live actor (e.g. `--topic transcript` into a running mt).
+    Utterances get new ids (`ID~rRUN`): an actor that handled them before handles them again.
     """
     if not path.exists():
         print(f"voxweft replay: {path} not found", file=sys.stderr)
@@ -147,15 +150,21 @@ def replay(topology: Topology, path: Path, fast: bool, topic: str = "") -> int:
     ctx = zmq.Context()
     pubs: dict[str, zmq.Socket] = {}
     sent = 0
+    run = f"{time.time_ns() // 1000 % 0xFFFFFF:06x}"
     try:
         items = []
         for recv, frames in read_recording(path):
             if not frames[0].startswith(topic.encode()):
                 continue
             try:
-                items.append((recv, frames, decode(frames).src))
+                msg = decode(frames)
             except ProtocolError:
                 continue   # recorded garbage is not published again
+            if isinstance(msg, CUSTODY_TYPES):
+                # A replayed utterance is a new one: a live actor drops what it handled
+                # before (the utterance path is deduplicated by utterance id).
+                frames = encode(dataclasses.replace(msg, utt=f"{msg.utt}~r{run}"))
+            items.append((recv, frames, msg.src))
         for src in sorted({src for _, _, src in items if src in topology.actors}):
             try:
                 pubs[src] = sockets.pub(ctx, topology.pub_bind(src))

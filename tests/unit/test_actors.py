@@ -129,6 +129,9 @@ def player(tmp_path, gap_ms=200):
     return PlayerActor(topo, topo.actors["player"])
 
 
+TTS_READY = Status(state="ready", src="tts", epoch=1)
+
+
 def test_player_plays_in_order_resamples_and_reports(tmp_path):
     p = player(tmp_path)
     inputs = [chunk("a", 0), chunk("b", 0, rate=16000), chunk("a", 1), chunk("a", 2, True),
@@ -146,7 +149,7 @@ def test_player_plays_in_order_resamples_and_reports(tmp_path):
 def test_player_never_stalls_on_a_missing_chunk(tmp_path):
     p = player(tmp_path, gap_ms=150)
     # chunk 1 of "a" never comes; neither does the last chunk of "b"
-    inputs = [chunk("a", 0), chunk("a", 2), chunk("a", 3, True), chunk("b", 0)]
+    inputs = [TTS_READY, chunk("a", 0), chunk("a", 2), chunk("a", 3, True), chunk("b", 0)]
     out = run_actor(p, inputs, src="tts", ticks=40, tick_sleep_s=0.02)
     p.close()
     events = [(m.utt, m.event, m.complete) for m in out if isinstance(m, PlaybackEvent)]
@@ -231,7 +234,8 @@ def test_player_waits_for_a_slow_chunk_while_audio_is_still_playing(tmp_path):
     # Kokoro may need longer than gap_timeout_ms for a long clause; while the previous
     # chunk is still being heard, the next one is not late.
     p = player(tmp_path, gap_ms=150)
-    out = run_actor(p, [chunk("a", 0, seconds=0.6)], src="tts", ticks=15, tick_sleep_s=0.02)
+    out = run_actor(p, [TTS_READY, chunk("a", 0, seconds=0.6)], src="tts", ticks=15,
+                    tick_sleep_s=0.02)
     out += run_actor(p, [chunk("a", 1), chunk("a", 2, True)], src="tts", ticks=40,
                      tick_sleep_s=0.02, loaded=True)
     p.close()

@@ -30,6 +30,7 @@ from protocol.messages import (
     MAJOR,
     REGISTRY,
     AudioFrame,
+    Done,
     EndOfStream,
     Message,
     PcmMessage,
@@ -63,7 +64,8 @@ def _samples() -> list[Message]:
     ident = {"epoch": 3, "seq": 2**40, "sent_ns": 1_700_000_000_123_456_789}
     return [
         AudioFrame(src="capture", **ident, sample_rate=16000, pcm=_f32(320),
-                   media_s=12.34, capture_ns=1_700_000_000_000_000_001),
+                   media_s=12.34, capture_ns=1_700_000_000_000_000_001, stream="file:x",
+                   for_epoch=17),
         AudioFrame(src="capture", **ident, sample_rate=48000, pcm=_i16(960, 2),
                    media_s=0.0, capture_ns=0),
         EndOfStream(src="capture", **ident, media_s=61.5, utterances=7),
@@ -85,10 +87,12 @@ def _samples() -> list[Message]:
                     tgt_lang="pt", index=0, last=False, text="", trace=()),
         PlaybackEvent(src="player", **ident, utt="u-0002", event="finished", duration_s=1.75,
                       complete=False, trace=TRACE),
+        Done(src="player", **ident, utt="u-0002", complete=False),
         Status(src="asr", **ident, state="ready", detail="model loaded ✓", pid=4242,
                engine="faster-whisper", busy_s=0.5,
                counters={"recv": 10, "bad_header": 0, "dropped": -1},
-               peers={"segmenter": 3, "capture": 1}),
+               peers={"segmenter": 3, "capture": 1}, links={"segmenter": 2}, outstanding=3,
+               stream="file:0123abcd", media_ms=61_500),
         Status(src="player"),
     ]
 
@@ -136,7 +140,7 @@ def _assert_equal(a: Message, b: Message) -> None:
 def test_samples_cover_the_registry():
     assert {type(m) for m in SAMPLES} == set(REGISTRY.values())
     assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "transcript", "translation",
-                             "speech", "playback", "status"}
+                             "speech", "playback", "done", "status"}
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: f"{m.TYPE}-{m.src}")

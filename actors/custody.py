@@ -1,0 +1,105 @@
+"""Custody of the utterance path: nothing lost on a crash, nothing handled twice.
+
+The rule, for every stage from the segmenter to tts:
+
+* A sender keeps every utterance-path message it sent (`Outbox`) until the player reports
+  the utterance done (a `Done` message: written whole to the sink, or skipped). Keeping it
+  end to end rather than for one hop means a stage that crashes after passing an utterance
+  on loses nothing: its upstream still holds the utterance and sends it again.
+* It sends everything it holds again whenever its downstream stage (re)joins: a new epoch
+  (a restart) or a new link count (a dropped connection, a sequence gap), as soon as that
+  stage's heartbeat shows it hears this sender's current epoch (`Resync`).
+* A receiver handles a message at most once (`Seen`); duplicates are counted and dropped.
+
+Bounded memory: an outbox holds at most `OUTBOX_UTTERANCES`; beyond that the oldest is
+forgotten and counted (`outbox_dropped`). A file source never gets there: it stops reading
+while `max_outstanding` utterances are in flight (see the capture actor).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+
+from protocol.messages import Message, Status
+
+#: Utterances one stage holds at most: minutes of speech, a few MB of PCM at the segmenter.
+OUTBOX_UTTERANCES = 64
+#: Inputs a receiver remembers having handled (ids are a few dozen bytes).
+SEEN_INPUTS = 4096
+
+
+class Outbox:
+    """What this stage sent per utterance, in send order, until the utterance is done."""
+
+    def __init__(self, limit: int = OUTBOX_UTTERANCES) -> None:
+        self.items: collections.OrderedDict[str, list[Message]] = collections.OrderedDict()
+        self.limit = limit
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def keep(self, msg: Message) -> str | None:
+        """Hold `msg`; return the utterance forgotten to make room, if any."""
+        self.items.setdefault(msg.utt, []).append(msg)
+        if len(self.items) > self.limit:
+            utt, _ = self.items.popitem(last=False)
+            self.dropped += 1
+            return utt
+        return None
+
+    def release(self, utt: str) -> bool:
+        """Forget an utterance the player is done with; True when it was held."""
+        return self.items.pop(utt, None) is not None
+
+    def all(self) -> Iterator[Message]:
+        """Everything held, oldest utterance first, each in its send order."""
+        for messages in list(self.items.values()):
+            yield from messages
+
+
+class Seen:
+    """Bounded memory of the inputs already handled, by (type, utterance, index)."""
+
+    def __init__(self, limit: int = SEEN_INPUTS) -> None:
+        self.keys: collections.OrderedDict[tuple, None] = collections.OrderedDict()
+        self.limit = limit
+
+    @staticmethod
+    def key(msg: Message) -> tuple:
+        """What identifies an input on the utterance path."""
+        return (msg.TYPE, getattr(msg, "utt", ""), getattr(msg, "index", 0))
+
+    def __contains__(self, msg: Message) -> bool:
+        return self.key(msg) in self.keys
+
+    def add(self, msg: Message) -> None:
+        """Remember `msg` as handled."""
+        self.keys[self.key(msg)] = None
+        if len(self.keys) > self.limit:
+            self.keys.popitem(last=False)
+
+
+class Resync:
+    """Decides when a sender must send its outbox again to its downstream stage."""
+
+    def __init__(self, me: str, epoch: int) -> None:
+        self.me = me
+        self.epoch = epoch
+        self.token: tuple[int, int] | None = None   # (downstream epoch, its link count)
+
+    def check(self, status: Status) -> bool:
+        """True when `status` shows the downstream stage (re)joined us since the last check.
+
+        It has joined once it hears our current epoch (its subscription to us is live);
+        every restart or broken link of it changes the token.
+        """
+        if status.peers.get(self.me) != self.epoch:
+            self.token = None   # it does not hear us (yet): send again once it does
+            return False
+        token = (status.epoch, status.links.get(self.me, 0))
+        if token == self.token:
+            return False
+        self.token = token
+        return True
