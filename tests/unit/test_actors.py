@@ -243,3 +243,37 @@ def test_player_waits_for_a_slow_chunk_while_audio_is_still_playing(tmp_path):
     assert len(finished) == 1 and finished[0].complete
     assert finished[0].duration_s == pytest.approx(0.7, abs=0.01)
     assert p.counters["incomplete_utterances"] == 0
+
+
+def test_player_restarted_in_the_same_session_keeps_whole_utterances_only(tmp_path):
+    # A restarted player goes on with the same output.wav: what was written whole stays,
+    # a half-written utterance is cut off (tts sends it again), done ones are not played twice.
+    from actors.player import WavSink
+
+    path = str(tmp_path / "out.wav")
+    first = WavSink(path, 24000, session="s1")
+    first.write(np.full(2400, 0.5, np.float32))
+    first.finished("a")
+    first.write(np.full(1200, -0.5, np.float32))   # "b" is half written when it crashes
+    # (no close: the process was killed)
+    again = WavSink(path, 24000, session="s1")
+    assert again.done == ["a"] and again.written == 2400
+    assert again.first_ns == first.first_ns       # the timeline goes on, not from zero
+    again.close()
+    audio, _ = sf.read(path, dtype="float32")
+    assert len(audio) == 2400 and np.allclose(audio, 0.5, atol=1e-3)
+    other = WavSink(path, 24000, session="s2")    # another session starts afresh
+    assert other.done == [] and other.written == 0
+    other.close()
+
+
+def test_player_says_done_and_says_it_again_for_a_resent_utterance(tmp_path):
+    from protocol.messages import Done
+
+    p = player(tmp_path)
+    out = run_actor(p, [TTS_READY, chunk("a", 0), chunk("a", 1, True)], src="tts", ticks=3)
+    assert [m.utt for m in out if isinstance(m, Done)] == ["a"]
+    assert p.held() >= 0
+    again = list(p.duplicate(chunk("a", 0)))   # tts did not hear it and sends "a" again
+    assert [m.utt for m in again if isinstance(m, Done)] == ["a"]
+    p.close()
