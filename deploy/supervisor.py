@@ -7,6 +7,7 @@ the control socket, the pidfile and the logs. supervisord never listens on the n
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -29,6 +30,16 @@ GROUP = "voxweft"
 START_SECS = 2
 START_RETRIES = 3
 STOP_WAIT_SECS = 5    # actors exit within 2 s of SIGTERM; the rest is margin
+
+
+def down_for_good(state: str, exit_status: int) -> bool:
+    """Whether supervisord will not start this actor again by itself.
+
+    It gave up (FATAL), or the actor exited in a way that is not restarted (exit 0, or 78:
+    configuration). An EXITED after a crash is followed by a restart at once.
+    """
+    return state == "FATAL" or (state in ("EXITED", "STOPPED")
+                                and exit_status in (0, EXIT_CONFIG))
 
 
 class SupervisorError(RuntimeError):
@@ -102,6 +113,21 @@ def render(topology: Topology, host: str, run_dir: Path) -> str:
             f"environment={env_line}",
             "",
         ]
+    # Each actor's process state onto the bus: `status`, `watch` and `interpret` say which
+    # actor is down and why (deploy.events). Not in the group: it is no actor.
+    lines += [
+        "[eventlistener:events]",
+        f"command={python} -m deploy.events --topology %(here)s/topology.toml --host {host}",
+        f"directory={project_root}",
+        "events=PROCESS_STATE",
+        "buffer_size=100",
+        "autorestart=true",
+        "stopsignal=TERM",
+        "stderr_logfile=%(here)s/logs/events.log",
+        "stdout_logfile=NONE",   # the protocol channel with supervisord, not a log
+        f'environment=PYTHONPATH="{project_root}",PYTHONUNBUFFERED="1"',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -181,11 +207,32 @@ class Supervisor:
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
-    def last_error(self, actor: str) -> str:
-        """The actor's last ERROR line, or its last line."""
+    def last_error(self, actor: str, fallback: bool = True) -> str:
+        """The actor's last ERROR line since it last started, else its last line (or '')."""
         text = self.log_tail(actor, 200).splitlines()
+        starts = [i for i, line in enumerate(text) if f"{actor}: starting (pid" in line]
+        text = text[starts[-1]:] if starts else text
         errors = [line for line in text if " ERROR " in line]
+        if not fallback:
+            return errors[-1] if errors else ""
         return (errors or text or ["(no log)"])[-1]
+
+    def last_exit(self, actor: str) -> int | None:
+        """The exit status supervisord logged for the actor's last exit (-1: a signal).
+
+        Its process info forgets the status as soon as the actor is started again, which
+        after a crash is at once; the log line stays.
+        """
+        path = self.run_dir / "supervisord.log"
+        if not path.exists():
+            return None
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - 65536))
+            tail = f.read().decode(errors="replace")
+        found = re.findall(rf"exited: {re.escape(actor)} \((exit status (\d+)|terminated)", tail)
+        if not found:
+            return None
+        return int(found[-1][1]) if found[-1][1] else -1
 
     def restart(self, actor: str) -> None:
         """Stop and start one actor."""
@@ -256,8 +303,7 @@ def wait_ready(sup: Supervisor, topology: Topology, actors: list[str],
             procs = sup.processes()
             for name in actors:
                 info = procs.get(name, {})
-                # FATAL: failed startretries times; EXITED: exit 0/78 (config), not restarted.
-                if info.get("statename") in ("FATAL", "EXITED"):
+                if down_for_good(info.get("statename", ""), info.get("exitstatus", 0)):
                     raise SupervisorError(f"actor {name} failed ({info['statename']}, exit "
                                           f"{info.get('exitstatus')}): {sup.last_error(name)}")
             ready = [a for a in actors if a in watcher.latest and

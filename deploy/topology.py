@@ -19,7 +19,9 @@ from actors.config import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
 DEFAULT_TOPOLOGY = Path(__file__).with_name("default.toml")
 TOP_KEYS = ("pipeline", "hosts", "actors")
 PIPELINE_KEYS = ("src_lang", "tgt_lang")
-HOST_KEYS = ("address", "bind")
+HOST_KEYS = ("address", "bind", "events_port")
+#: Where a host's supervisord event listener publishes actor process states (deploy.events).
+DEFAULT_EVENTS_PORT = 47600
 
 
 class TopologyError(ValueError):
@@ -28,11 +30,15 @@ class TopologyError(ValueError):
 
 @dataclass(frozen=True)
 class Host:
-    """A machine: `address` is how peers reach it, `bind` the interface its actors bind."""
+    """A machine: `address` is how peers reach it, `bind` the interface its actors bind.
+
+    `events_port`: where its supervisord's event listener says which actor is down and why.
+    """
 
     name: str
     address: str
     bind: str
+    events_port: int = DEFAULT_EVENTS_PORT
 
 
 @dataclass
@@ -65,6 +71,18 @@ class Topology:
     def push_connect(self) -> str:
         """Endpoint ASR workers connect their PULL socket to."""
         return f"tcp://{self.host_of('segmenter').address}:{self.actors['segmenter'].push_port}"
+
+    def events_bind(self, host: str) -> str:
+        """Endpoint the event listener of `host` binds."""
+        return f"tcp://{self.hosts[host].bind}:{self.hosts[host].events_port}"
+
+    def events_connect(self, host: str) -> str:
+        """Endpoint a watcher connects to for `host`'s actor process states."""
+        return f"tcp://{self.hosts[host].address}:{self.hosts[host].events_port}"
+
+    def hosts_in_use(self) -> list[str]:
+        """Hosts that run at least one actor."""
+        return [h for h in self.hosts if self.actors_on(h)]
 
     def actors_on(self, host: str) -> list[str]:
         """Actors placed on `host`, in pipeline order."""
@@ -185,11 +203,16 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
     for name, table in _table(f"{source}: hosts", raw.get("hosts", {})).items():
         _unknown(f"{source}: hosts.{name}", _table(f"{source}: hosts.{name}", table), HOST_KEYS)
         hosts[name] = Host(name, table.get("address", "127.0.0.1"),
-                           table.get("bind", table.get("address", "127.0.0.1")))
-        for key in HOST_KEYS:
+                           table.get("bind", table.get("address", "127.0.0.1")),
+                           table.get("events_port", DEFAULT_EVENTS_PORT))
+        for key in ("address", "bind"):
             if not isinstance(getattr(hosts[name], key), str):
                 raise TopologyError(f"{source}: hosts.{name}.{key} = "
                                     f"{getattr(hosts[name], key)!r} must be a str")
+        port = hosts[name].events_port
+        if not (isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535):
+            raise TopologyError(f"{source}: hosts.{name}.events_port = {port!r} must be a "
+                                "TCP port 1..65535")
     if not hosts:
         raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
     tables = _table(f"{source}: actors", raw.get("actors", {}))
@@ -206,6 +229,14 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
         if isinstance(actors[name], EngineConfig):
             check_engine(name, actors[name], where)
     ports: dict[tuple[str, int], str] = {}
+    for name, host in hosts.items():
+        if not any(config.host == name for config in actors.values()):
+            continue   # runs no actor, so no event listener either
+        if (host.address, host.events_port) in ports:
+            raise TopologyError(f"{source}: hosts.{name}.events_port = {host.events_port} is "
+                                f"already used by {ports[(host.address, host.events_port)]} "
+                                "at the same address; give each host its own")
+        ports[(host.address, host.events_port)] = f"hosts.{name}.events_port"
     for name, config in actors.items():
         used = [("port", config.port)]
         if name == "segmenter":

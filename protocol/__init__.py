@@ -12,6 +12,7 @@ from protocol.messages import (
     Segment,
     SpeechChunk,
     Status,
+    Supervision,
     Transcript,
     Translation,
     VadEvent,
@@ -22,6 +23,6 @@ from protocol.messages import (
 
 __all__ = [
     "MAJOR", "REGISTRY", "AudioFrame", "Done", "EndOfStream", "Message", "PlaybackEvent",
-    "ProtocolError", "Segment", "SpeechChunk", "Status", "Transcript", "Translation",
+    "ProtocolError", "Segment", "SpeechChunk", "Status", "Supervision", "Transcript", "Translation",
     "VadEvent", "decode", "encode", "now_ns", "trace_ns", "traced",
 ]

@@ -214,11 +214,31 @@ class Status(Message):
     resources: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Supervision(Message):
+    """What supervisord says about one actor, from the host's event listener (deploy.events).
+
+    Sent on every state change and again each second, so a late subscriber learns the state
+    too. `state` is supervisord's: STARTING, RUNNING, BACKOFF, STOPPING, STOPPED, EXITED,
+    FATAL. `exit_status` is the last exit code (-1: killed by a signal); `reason` the actor's
+    own last error line since it started, or what supervisord knows.
+    """
+
+    TYPE: ClassVar[str] = "supervision"
+    actor: str = ""
+    host: str = ""
+    state: str = ""
+    exit_status: int = 0
+    expected: bool = True     # an exit supervisord does not restart (0, or 78: configuration)
+    reason: str = ""
+    since_ns: int = 0         # when it entered this state
+
+
 #: The closed registry. Nothing on the wire is resolved by name outside this table.
 REGISTRY: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Transcript, Translation,
-                SpeechChunk, PlaybackEvent, Done, Status)
+                SpeechChunk, PlaybackEvent, Done, Status, Supervision)
 }
 
 #: The utterance path. A sender keeps each of these until the player's Done for its

@@ -28,9 +28,13 @@ INBOUND = {
     zmq.MAXMSGSIZE: MAX_PAYLOAD_BYTES + MAX_HEADER_BYTES,
 }
 
+# Output sockets (PUB, PUSH) take in only subscriptions and heartbeats: anything bigger is a
+# hostile or broken peer, and libzmq drops its connection before allocating the frame.
+OUTBOUND = {zmq.MAXMSGSIZE: 4096}
+
 # PUB: 20 ms frames at 50/s; 10 000 messages is 200 s of audio before ZeroMQ drops
 # silently. A subscriber that far behind is broken, and the publisher must never block.
-PUB = {**COMMON, zmq.SNDHWM: 10_000}
+PUB = {**COMMON, **OUTBOUND, zmq.SNDHWM: 10_000}
 
 # SUB: the same depth on the receiving side, so a model call of several seconds never
 # overflows the audio stream waiting behind it.
@@ -38,6 +42,7 @@ SUB = {**COMMON, **INBOUND, zmq.RCVHWM: 10_000}
 
 PUSH = {
     **COMMON,
+    **OUTBOUND,
     # Segments are the work queue; 100 utterances is minutes of speech. Beyond that we keep
     # our own counted backlog instead of blocking the segmenter.
     zmq.SNDHWM: 100,
@@ -48,6 +53,16 @@ PUSH = {
 }
 
 PULL = {**COMMON, **INBOUND, zmq.RCVHWM: 100}
+
+#: What happens on a bound socket that is worth counting: who connected, who was refused
+#: (not ZeroMQ, or the wrong socket type), who went away (or was dropped for a big frame).
+BOUND_EVENTS = {
+    zmq.EVENT_ACCEPTED: "peers_accepted",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "peers_refused",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "peers_refused",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "peers_refused",
+    zmq.EVENT_DISCONNECTED: "peers_gone",
+}
 
 
 def _socket(ctx: zmq.Context, kind: int, options: dict[int, int]) -> zmq.Socket:

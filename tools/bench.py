@@ -346,6 +346,8 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         "bus": bus,
         "quality": _quality(rows, placed, floor),
         "resources": _resources(collected.statuses),
+        # What was lost, refused or dropped, per actor (live audio: capture's dropped_ms).
+        "drops": _drops(collected.statuses),
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
     }
     report["targets"] = _targets(report)

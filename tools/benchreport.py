@@ -170,6 +170,16 @@ def markdown(report: dict) -> str:
                                                         "threads"))]
                          for actor, r in resources.items()], nd=1)
 
+    if "drops" in report:
+        drops = {a: c for a, c in _dict(report.get("drops")).items() if c}
+        lines += ["", "## Drops", "",
+                  f"- live audio dropped at capture: "
+                  f"{_fmt(_get(report, 'drops', 'capture', 'dropped_ms') or 0)} ms "
+                  "(the one place live input is dropped by design; a file is never dropped)",
+                  "- counters: " + ("; ".join(
+                      f"{a} " + ", ".join(f"{k}={v}" for k, v in _dict(c).items())
+                      for a, c in drops.items()) or "none")]
+
     lf = report.get("longform")
     if isinstance(lf, dict):
         lines += ["", "## Long-form (computation aware)", "",

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from deploy import topology as topo_mod
+from deploy.events import DOWN, describe, supervision
 from deploy.supervisor import (
     GROUP,
     BusWatcher,
@@ -106,10 +107,15 @@ def cmd_status(args) -> int:
     print(f"{'actor':<10} {'process':<9} {'pid':>7} {'uptime':>8}  {'bus':<9} {'engine':<15} "
           "detail")
     for name, info in procs.items():
+        host = topology.actors[name].host
         st = watcher.latest.get(name)
         uptime = f"{info['now'] - info['start']}s" if info["statename"] == "RUNNING" else "-"
         bus = st.state if st else "silent"
         detail = st.detail if st else ""
+        if info["statename"] in DOWN:   # why, in words (as `watch` and `interpret` say it)
+            detail = describe(supervision(sup, info, host))
+        elif st and st.counters.get("dropped_ms"):   # the one place live audio is dropped
+            detail = f"dropped {st.counters['dropped_ms'] / 1000:.1f} s of live audio " + detail
         if st and st.busy_s > 1:
             detail = f"busy {st.busy_s:.1f} s " + detail
         print(f"{name:<10} {info['statename']:<9} {info['pid']:>7} {uptime:>8}  {bus:<9} "

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import zmq
 
-from deploy.supervisor import Supervisor, SupervisorError, wait_ready
+from deploy.events import Board, exit_words
+from deploy.supervisor import Supervisor, SupervisorError, down_for_good, wait_ready
 from deploy.topology import Topology, parse
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
@@ -63,7 +64,7 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
     for line in fit_engines(raw, src, tgt):   # the user asked for languages, not engines
         print(f"voxweft: {src}->{tgt} needs another engine: using {line}", flush=True)
     base = parse(raw, base.source)
-    ports = free_ports(7)
+    ports = free_ports(8)
     actors = {name: {"host": "_interpret", "port": ports[i]}
               for i, name in enumerate(base.actors)}
     actors["segmenter"]["push_port"] = ports[6]
@@ -71,7 +72,8 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
     actors["player"].update(sink="wav", path=str(out_dir / "output.wav"))
     return base.with_overrides({
         "pipeline": {"src_lang": src, "tgt_lang": tgt},
-        "hosts": {"_interpret": {"address": "127.0.0.1", "bind": "127.0.0.1"}},
+        "hosts": {"_interpret": {"address": "127.0.0.1", "bind": "127.0.0.1",
+                                 "events_port": ports[7]}},
         "actors": actors,
     })
 
@@ -99,7 +101,11 @@ class Collector:
     def add(self, msg) -> None:
         """Record one message; print transcripts and translations as they arrive."""
         if isinstance(msg, Status):
+            before = self.latest.get(msg.src)
             self.latest[msg.src] = msg
+            if msg.src == "segmenter" and (before is None or (msg.media_ms, msg.epoch) !=
+                                           (before.media_ms, before.epoch)):
+                self.progress_at = time.monotonic()   # the audio moves (a pause moves too)
             return
         self.progress_at = time.monotonic()
         if isinstance(msg, VadEvent) and msg.event == "end":
@@ -137,15 +143,19 @@ class Collector:
                    and self.latest[a].outstanding == 0 for a in HOLDERS)
 
     def stalled(self) -> str:
-        """Why the session cannot end, when no utterance has moved for STALL_S; else ''."""
-        held = {a: s.outstanding for a, s in self.latest.items() if s.outstanding}
-        if not held:   # a long silence in the input holds nothing: it is no stall
-            self.progress_at = time.monotonic()
+        """Why the session cannot end, else ''.
+
+        It cannot when neither the audio (the segmenter's position) nor any utterance moved
+        for STALL_S: a long pause in the input still moves the audio.
+        """
         if time.monotonic() - self.progress_at < STALL_S:
             return ""
+        held = {a: s.outstanding for a, s in self.latest.items() if s.outstanding}
+        seg = self.latest.get("segmenter")
         states = ", ".join(f"{a} {s.state}" for a, s in self.latest.items())
-        return (f"no utterance moved for {STALL_S:.0f} s; held: {held or 'none'}; "
-                f"{states}")
+        return (f"nothing moved for {STALL_S:.0f} s (segmenter at "
+                f"{seg.media_ms / 1000 if seg else 0:.1f} s of the input); utterances held: "
+                f"{held or 'none'}; {states}")
 
     def utterances(self) -> list[str]:
         """Every utterance transcribed, in media order (commit order breaks on a restart)."""
@@ -235,6 +245,9 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     # Subscribe before anything starts: the file source waits for every actor to be ready,
     # by which time these subscriptions have long been live.
     sub = sockets.sub(ctx, [topology.pub_connect(a) for a in topology.actors], topics)
+    # Which actor is down and why, from supervisord's event listener.
+    events = sockets.sub(ctx, [topology.events_connect("_interpret")], [b"supervision."])
+    board = Board()
     code, reason = 0, ""
     t0 = time.monotonic()
     try:
@@ -252,6 +265,13 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
                     collector.add(decode(sub.recv_multipart()))
                 except ProtocolError:
                     continue
+            while events.poll(0):
+                try:
+                    line = board.update(decode(events.recv_multipart()))
+                except (ProtocolError, AttributeError):
+                    continue
+                if line:
+                    print(f"voxweft: {line}", flush=True)
             if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
                 stalled = collector.stalled()
@@ -259,8 +279,10 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
                     code, reason = 1, stalled
                     break
                 for name, info in sup.processes().items():
-                    if info["statename"] in ("FATAL", "EXITED"):
-                        raise SupervisorError(f"actor {name} failed: {sup.last_error(name)}")
+                    if down_for_good(info["statename"], info["exitstatus"]):
+                        raise SupervisorError(f"actor {name} failed ({info['statename']}, "
+                                              f"{exit_words(info['exitstatus'])}): "
+                                              f"{sup.last_error(name)}")
     except SupervisorError as exc:
         code, reason = 1, str(exc)
     except KeyboardInterrupt:
@@ -272,6 +294,7 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
         for signum in original:
             signal.signal(signum, signal.SIG_IGN)
         sub.close(0)
+        events.close(0)
         ctx.term()
         try:
             sup.shutdown()

@@ -1,7 +1,7 @@
 """`voxweft watch`: the live console view and a rolling transcript file.
 
 One line per utterance, source and translation side by side, read from the bus (subscribe
-only, like the tap).
+only, like the tap), and a line whenever an actor goes down or comes back, with why.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import zmq
 
+from deploy.events import Board
 from deploy.topology import Topology
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
-from protocol.messages import Transcript, Translation
+from protocol.messages import Status, Supervision, Transcript, Translation
 
 
 def side_by_side(source: str, target: str, width: int) -> str:
@@ -36,6 +37,15 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
     ctx = zmq.Context()
     sub = sockets.sub(ctx, [topology.pub_connect(a) for a in ("asr", "mt")],
                       [b"transcript.", b"translation."])
+    # Live audio dropped at capture (the pipeline fell behind), from its heartbeat.
+    sub.setsockopt(zmq.SUBSCRIBE, b"status.capture")
+    sub.connect(topology.pub_connect("capture"))
+    dropped_ms = None
+    # Which actor is down and why, from every host's supervisord (deploy.events).
+    sub.setsockopt(zmq.SUBSCRIBE, b"supervision.")
+    for host in topology.hosts_in_use():
+        sub.connect(topology.events_connect(host))
+    board = Board()
     sources: dict[str, Transcript] = {}
     width = shutil.get_terminal_size((120, 20)).columns
     deadline = time.monotonic() + duration_s if duration_s else None
@@ -50,7 +60,18 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                     msg = decode(sub.recv_multipart())
                 except ProtocolError:
                     continue
-                if isinstance(msg, Transcript) and msg.final:
+                if isinstance(msg, Status):
+                    now = msg.counters.get("dropped_ms", 0)
+                    if dropped_ms is not None and now > dropped_ms:
+                        print(f"voxweft: capture dropped {(now - dropped_ms) / 1000:.1f} s of "
+                              f"live audio: the pipeline fell behind ({now / 1000:.1f} s in "
+                              "all)", file=out, flush=True)
+                    dropped_ms = now
+                elif isinstance(msg, Supervision):
+                    line = board.update(msg)
+                    if line:
+                        print(f"voxweft: {line}", file=out, flush=True)
+                elif isinstance(msg, Transcript) and msg.final:
                     sources[msg.utt] = msg
                 elif isinstance(msg, Translation):
                     sources.pop(msg.utt, None)

@@ -11,43 +11,14 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
-import psutil
 import pytest
-import soundfile as sf
 
-from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k
+from tests.conftest import ROOT, VOXWEFT
+from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
 
 pytestmark = [pytest.mark.slow, pytest.mark.unverified, pytest.mark.timeout(1800)]
 
-ACTORS = ("capture", "segmenter", "asr", "mt", "tts", "player")
-
-
-def build_recording(path: Path, utterances: int, seed: int) -> list[tuple[float, Path]]:
-    """LJ clips in turn, each after a 3-9 s pause; returns (media start, clip) per clip."""
-    rng = np.random.default_rng(seed)
-    clips = corpus_clips()
-    parts, placed, n = [], [], 0
-    for i in range(utterances):
-        pause = np.zeros(int(16000 * rng.uniform(3.0, 9.0)), np.float32)
-        speech = read_16k(clips[i % len(clips)])
-        parts += [pause, speech]
-        placed.append(((n + len(pause)) / 16000, clips[i % len(clips)]))
-        n += len(pause) + len(speech)
-    parts.append(np.zeros(16000 * 2, np.float32))
-    sf.write(path, np.concatenate(parts), 16000, subtype="PCM_16")
-    return placed
-
-
-def actor_pid(tmp_root: Path, actor: str) -> int | None:
-    """The pid of an actor whose supervisord runs from a directory under `tmp_root`."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "--actor" in cmd and cmd[-1] == actor and any(str(tmp_root) in c for c in cmd):
-            return proc.pid
-    return None
 
 
 def hog(seconds: float) -> list[subprocess.Popen]:
@@ -101,27 +72,7 @@ def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):
     assert proc.returncode == 0, stdout[-3000:]
     assert not victims, f"the run ended before every actor was killed twice: {kills}"
 
-    transcripts = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
-    translations = [json.loads(x) for x in (out / "translation.jsonl").read_text().splitlines()]
-    # every utterance exactly once, in order, at its time, recognisably
-    assert len(transcripts) == len(placed), [(t["media_start_s"], t["text"]) for t in transcripts]
-    for row, (at, clip) in zip(transcripts, placed, strict=True):
-        assert abs(row["media_start_s"] - at) < 0.6, (row, at)
-        reference = set(clip.with_suffix(".txt").read_text().lower().split())
-        assert len(reference & set(row["text"].lower().replace(",", "").split())) >= 2, row
-    assert [t["utt"] for t in translations] == [t["utt"] for t in transcripts]
-    assert all(t["text"] for t in translations)
-
-    # output.wav: each utterance written whole once, in order (the player's index of it)
-    journal = [json.loads(x) for x in (out / "output.wav.journal").read_text().splitlines()]
-    written = [j for j in journal if "utt" in j]
-    assert [j["utt"] for j in written] == [t["utt"] for t in transcripts]
-    audio, rate = sf.read(out / "output.wav", dtype="float32")
-    ends = [0] + [j["end"] for j in written]
-    assert ends == sorted(ends) and ends[-1] <= len(audio)
-    for (start, end), row in zip(zip(ends, ends[1:], strict=False), written, strict=True):
-        loud = np.abs(audio[start:end]) > 0.01
-        assert loud.sum() / rate > 0.3, f"{row['utt']}: no speech in output.wav"
+    transcripts = check_whole(out, placed)
 
     # what each kill cost: end of speech -> first audio of the next utterance, vs the median
     rows = json.loads((out / "latency.json").read_text())["utterances"]

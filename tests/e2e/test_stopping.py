@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
 
-pytestmark = [pytest.mark.slow, pytest.mark.unverified, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 def actor_pids(marker: str) -> list[int]:

@@ -400,3 +400,42 @@ def test_capture_survives_its_device_vanishing_and_resumes(pulse):  # noqa: F811
         assert cap.counters["device_lost"] == 1   # one error line for one loss
     finally:
         cap.close()
+
+
+def test_live_audio_is_dropped_only_at_capture_and_counted(pulse):  # noqa: F811
+    """A segmenter that falls behind: capture drops live audio itself, counted, and media
+    time jumps over the gap; never a silent overflow inside a socket queue."""
+    from actors.capture import CaptureActor
+    from deploy.topology import load as load_topology
+
+    topo = load_topology(None).with_overrides({"actors": {"capture": {
+        "source": "microphone", "device": DEVICE, "max_ahead_s": 1.0}}})
+    cap = CaptureActor(topo, topo.actors["capture"])
+    cap.epoch = 1
+    cap.load()
+
+    def segmenter_at(media_ms: int) -> None:
+        status = Status(state="ready", stream=cap.stream, media_ms=media_ms,
+                        peers={"capture": 1})
+        list(cap.handle(wire(status, src="segmenter")))
+
+    def run_for(seconds: float) -> list[AudioFrame]:
+        frames, t0 = [], time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            frames += [m for m in cap.tick() if isinstance(m, AudioFrame)]
+            time.sleep(0.01)
+        return frames
+
+    try:
+        segmenter_at(0)   # it heard our stream start and then took nothing more
+        sent = run_for(2.0)
+        assert 0.9 <= len(sent) * 0.02 <= 1.3, len(sent)   # max_ahead_s, then dropping
+        assert cap.counters["behind_ms"] >= 600 and \
+            cap.counters["dropped_ms"] == cap.counters["behind_ms"] + cap.counters["overflow_ms"]
+        segmenter_at(int(cap.sent_samples * 1000 / PIPELINE_RATE))   # it caught up
+        resumed = run_for(0.5)
+        assert len(resumed) >= 15
+        gap = resumed[0].media_s - (sent[-1].media_s + 0.02)
+        assert abs(gap - cap.counters["behind_ms"] / 1000) < 0.05, gap   # time stays true
+    finally:
+        cap.close()

@@ -8,9 +8,13 @@ import subprocess
 import time
 
 import pytest
+import zmq
 
+from deploy.events import Board
 from deploy.supervisor import BusWatcher, Supervisor
 from deploy.topology import load
+from protocol import sockets
+from protocol.codec import decode
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, local_topology, write_session
 
 pytestmark = pytest.mark.timeout(600)
@@ -69,9 +73,10 @@ def test_up_status_kill_each_actor_down(running):
     # plain supervisorctl works as people expect
     ctl = subprocess.run(sup.ctl_command().split() + ["status"], capture_output=True,
                          text=True)
-    assert ctl.stdout.count("RUNNING") == 6, ctl.stdout
+    assert ctl.stdout.count("RUNNING") == 7, ctl.stdout   # six actors and the event listener
 
     watcher = BusWatcher(topology)
+    events = EventsWatcher(topology)
     try:
         for victim in topology.actors:
             before = {n: p["pid"] for n, p in sup.processes().items()}
@@ -90,12 +95,18 @@ def test_up_status_kill_each_actor_down(running):
                 return st is not None and st.pid == new_pid and st.state == "ready"
 
             wait_for(ready_again, 120, f"{victim} ready on the bus again")
+            # supervisord's word on the bus: the crash, then the restart
+            said = wait_for(lambda victim=victim: events.said(victim, "RUNNING"), 30,
+                            f"{victim} said running again")
+            assert f"{victim} on _interpret crashed (killed by a signal); supervisord restarts it" \
+                in said, said
             after = {n: p["pid"] for n, p in sup.processes().items()}
             for other, pid in before.items():
                 if other != victim:
                     assert after[other] == pid, f"{other} was restarted when {victim} died"
     finally:
         watcher.close()
+        events.close()
 
     old = sup.processes()["mt"]["pid"]
     restart = voxweft("restart", "mt", "--run-dir", str(run_dir))
@@ -113,6 +124,32 @@ def test_up_status_kill_each_actor_down(running):
     assert not sup.running()
 
 
+class EventsWatcher:
+    """The lines `watch` would print from the event listener, per actor."""
+
+    def __init__(self, topology) -> None:
+        self.ctx = zmq.Context()
+        self.sub = sockets.sub(self.ctx, [topology.events_connect(h)
+                                          for h in topology.hosts_in_use()],
+                               [b"supervision."])
+        self.board = Board()
+        self.lines: list[str] = []
+
+    def said(self, actor: str, state: str) -> list[str]:
+        """Every line so far, once `actor` has reached `state`; else []."""
+        while self.sub.poll(200):
+            msg = decode(self.sub.recv_multipart())
+            line = self.board.update(msg)
+            if line:
+                self.lines.append(line)
+        got = self.board.latest.get(actor)
+        return self.lines if got and got.state == state else []
+
+    def close(self) -> None:
+        self.sub.close(0)
+        self.ctx.term()
+
+
 def test_up_names_the_actor_that_cannot_start(short_tmp):
     session = short_tmp / "in.wav"
     write_session(session, corpus_clips()[:1])
@@ -125,8 +162,52 @@ def test_up_names_the_actor_that_cannot_start(short_tmp):
     try:
         assert up.returncode != 0
         assert "failed" in up.stderr and "simulated missing model" in up.stderr, up.stderr
+        # a permanent failure is not restarted, and status says why in words
+        status = voxweft("status", "--run-dir", str(run_dir))
+        down = [line for line in status.stdout.splitlines() if "EXITED" in line]
+        assert down and all("exit 78: configuration, model or language; not restarted" in line
+                            and "simulated missing model" in line for line in down), \
+            status.stdout
     finally:
         voxweft("down", "--run-dir", str(run_dir))
+
+
+def test_transient_load_failure_is_retried_then_restarted(short_tmp):
+    """flaky_load:2: two failed loads, retried in the process with backoff, then ready.
+    flaky_load:9: every try fails; the actor exits 75 and supervisord starts it again."""
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[:1])
+    topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
+    run_dir = short_tmp / "run"
+    env = {**os.environ, "VOXWEFT_FAULT": "flaky_load:2"}
+    up = subprocess.run([*VOXWEFT, "up", "--topology", str(topo_path), "--run-dir",
+                         str(run_dir), "--timeout", "120"], cwd=ROOT, capture_output=True,
+                        text=True, env=env, timeout=200)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        log = (run_dir / "logs" / "mt.log").read_text()
+        assert "load failed (OSError: VOXWEFT_FAULT flaky_load: simulated failure 2); " \
+               "retry in 3 s" in log, log
+    finally:
+        voxweft("down", "--run-dir", str(run_dir))
+
+    env["VOXWEFT_FAULT"] = "flaky_load:9"
+    topology = load(topo_path)
+    events = EventsWatcher(topology)
+    sup = Supervisor(run_dir)
+    try:
+        up = subprocess.Popen([*VOXWEFT, "up", "--topology", str(topo_path), "--run-dir",
+                               str(run_dir), "--timeout", "60"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        lines = wait_for(lambda: [x for x in events.said("mt", "STARTING") or []
+                                  if "mt on _interpret crashed (exit 75)" in x], 90,
+                         "mt exit 75 and a restart")
+        assert "transient; failed 4 times" in lines[0], lines
+        up.wait(90)
+    finally:
+        events.close()
+        if sup.running():
+            voxweft("down", "--run-dir", str(run_dir))
 
 
 def test_two_hosts_split_pipeline(short_tmp):

@@ -116,6 +116,38 @@ def test_capture_waits_for_ready_pipeline_then_paces_frames(tmp_path):
     assert isinstance(out[-1], EndOfStream) and out[-1].media_s == pytest.approx(1.0)
 
 
+def test_capture_rewinds_far_into_a_file_for_a_restarted_segmenter(tmp_path):
+    # The chaos test hung here: after a rewind to 150 s the new segmenter, which had no
+    # frame yet, stood at 0 s by its heartbeat, so capture thought itself 150 s ahead of
+    # it (max_ahead_s 30) and waited forever.
+    path = tmp_path / "in.wav"
+    sf.write(path, np.zeros(16000 * 100, np.float32), 16000)
+    topo = topology(capture={"source": "file", "path": str(path), "fast": True})
+    cap = CaptureActor(topo, topo.actors["capture"])
+    ready = [Status(src=a, state="ready") for a in ("asr", "mt", "tts", "player")]
+    ready.append(Status(src="segmenter", state="ready", peers={"capture": 12345}))
+    first = run_actor(cap, ready, ticks=5, tick_sleep_s=0.01)
+    assert [f.for_epoch for f in first if isinstance(f, AudioFrame)][:1] == [1]
+    restarted = [Status(src="asr", state="ready", stream=cap.stream, media_ms=60_000),
+                 Status(src="segmenter", epoch=2, state="ready", peers={"capture": 12345})]
+    out = run_actor(cap, restarted, ticks=20, tick_sleep_s=0.01, loaded=True)
+    frames = [m for m in out if isinstance(m, AudioFrame) and m.for_epoch == 2]
+    assert frames and frames[0].media_s == pytest.approx(60.0), frames[:1]
+    assert cap.counters["rewinds"] == 1
+
+
+def test_interpret_stall_is_nothing_moving_not_nothing_held(monkeypatch):
+    from tools import interpret
+
+    c = interpret.Collector()
+    c.add(Status(src="segmenter", media_ms=1000))
+    assert c.stalled() == ""
+    c.progress_at -= interpret.STALL_S + 1   # no audio moved and nobody holds anything
+    assert "nothing moved" in c.stalled() and "segmenter at 1.0 s" in c.stalled()
+    c.add(Status(src="segmenter", media_ms=1020))   # a long pause still moves the audio
+    assert c.stalled() == ""
+
+
 def chunk(utt, index, last=False, seconds=0.1, rate=24000):
     pcm = np.full(int(rate * seconds), 0.1 if not last else 0.0, np.float32)
     return SpeechChunk(utt=utt, index=index, last=last, sample_rate=rate,

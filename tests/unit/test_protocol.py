@@ -38,6 +38,7 @@ from protocol.messages import (
     Segment,
     SpeechChunk,
     Status,
+    Supervision,
     Transcript,
     Translation,
     VadEvent,
@@ -94,6 +95,9 @@ def _samples() -> list[Message]:
                peers={"segmenter": 3, "capture": 1}, links={"segmenter": 2}, outstanding=3,
                stream="file:0123abcd", media_ms=61_500),
         Status(src="player"),
+        Supervision(src="supervisor.m2", **ident, actor="tts", host="m2", state="BACKOFF",
+                    exit_status=75, expected=False, reason="tts: cannot start: out of memory",
+                    since_ns=1_700_000_000_000_000_000),
     ]
 
 
@@ -140,7 +144,7 @@ def _assert_equal(a: Message, b: Message) -> None:
 def test_samples_cover_the_registry():
     assert {type(m) for m in SAMPLES} == set(REGISTRY.values())
     assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "transcript", "translation",
-                             "speech", "playback", "done", "status"}
+                             "speech", "playback", "done", "status", "supervision"}
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: f"{m.TYPE}-{m.src}")
@@ -160,7 +164,7 @@ def test_round_trip_preserves_trace_and_maps():
     assert out.trace == TRACE
     assert isinstance(out.trace, tuple) and all(isinstance(e, tuple) for e in out.trace)
     assert out.trace[2][2] is None
-    status = decode(encode(SAMPLES[-2]))
+    status = decode(encode(next(m for m in SAMPLES if isinstance(m, Status))))
     assert status.counters == {"recv": 10, "bad_header": 0, "dropped": -1}
     assert status.peers == {"segmenter": 3, "capture": 1}
 

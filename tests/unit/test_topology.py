@@ -426,3 +426,19 @@ def test_dumps_round_trips():
         again = parse(tomllib.loads(text), topo.source)
         assert again == topo
         assert again.raw == topo.raw
+
+
+def test_events_port_defaults_and_must_not_collide():
+    topology = parse(_raw(), SRC)
+    assert topology.events_connect("local") == "tcp://127.0.0.1:47600"
+    raw = _raw()
+    raw["hosts"]["local"]["events_port"] = 47602
+    assert "port = 47602 is already used by hosts.local.events_port" in _error(raw)
+    raw["hosts"]["local"]["events_port"] = "47600"
+    assert "hosts.local.events_port = '47600' must be a TCP port" in _error(raw)
+    raw = _raw()   # two hosts at one address need their own events ports
+    raw["hosts"]["other"] = {"address": "127.0.0.1"}
+    raw["actors"]["tts"]["host"] = "other"
+    assert "give each host its own" in _error(raw)
+    raw["hosts"]["other"]["events_port"] = 47599
+    assert parse(raw, SRC).events_bind("other") == "tcp://127.0.0.1:47599"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from actors.runtime import StartupError
 from actors.tts_engines import (
     ENGINES,
     EspeakEngine,
@@ -195,7 +196,7 @@ def test_unknown_setting_lists_allowed_keys():
 @pytest.mark.parametrize("cls", [KokoroEngine, EspeakEngine])
 def test_missing_espeak_is_explained(cls, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(RuntimeError, match="espeak-ng"):
+    with pytest.raises(StartupError, match="espeak-ng"):
         cls().load()
 
 

@@ -1,0 +1,196 @@
+"""Actor process states onto the bus: supervisord's event listener, and how to read it.
+
+supervisord starts `python -m deploy.events` next to the actors of a host (see
+deploy.supervisor.render). It receives every PROCESS_STATE event and publishes it as a
+`Supervision` message on the host's events port, with the actor's own last error line, and
+publishes every actor's latest state again each second so a late subscriber knows it too.
+`voxweft status`, `watch` and `interpret` read these (`Board`) and say in words which actor
+is down and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+import zmq
+from supervisor import childutils
+
+from actors.runtime import EXIT_CONFIG
+from deploy.supervisor import GROUP, Supervisor, down_for_good
+from deploy.topology import Topology, load
+from protocol import sockets
+from protocol.codec import encode
+from protocol.messages import Supervision, now_ns, stamp
+
+log = logging.getLogger("voxweft")
+
+REPEAT_S = 1.0
+#: States in which an actor does not run; EXITED and BACKOFF are normally followed by a
+#: restart, FATAL and an expected EXITED (exit 0 or 78) are not.
+DOWN = ("BACKOFF", "STOPPED", "EXITED", "FATAL")
+
+
+def exit_words(status: int) -> str:
+    """An exit status in words."""
+    if status == -1:
+        return "killed by a signal"
+    if status == EXIT_CONFIG:
+        return f"exit {status}: configuration, model or language; not restarted"
+    return f"exit {status}"
+
+
+def describe(msg: Supervision) -> str:
+    """One line: which actor, on which host, is in which state, and why."""
+    where = f"{msg.actor} on {msg.host}"
+    if msg.state == "RUNNING":
+        return f"{where} is running again"
+    if msg.state == "STARTING":
+        return f"{where} is starting"
+    if msg.state == "BACKOFF":
+        what = f"{where} exited too soon after starting; supervisord retries it"
+    elif msg.state == "FATAL":
+        what = f"{where} is down: it failed every start; supervisord gave up"
+    elif msg.state == "EXITED" and not msg.expected:
+        what = f"{where} crashed; supervisord restarts it"
+        if msg.exit_status:
+            what = f"{where} crashed ({exit_words(msg.exit_status)}); supervisord restarts it"
+    elif msg.state == "EXITED":
+        what = f"{where} is down ({exit_words(msg.exit_status)})"
+    else:
+        what = f"{where} is {msg.state.lower()}"
+    return f"{what}: {msg.reason}" if msg.reason else what
+
+
+class Board:
+    """The latest Supervision per actor, and the lines worth showing a person."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Supervision] = {}
+
+    def update(self, msg: Supervision) -> str:
+        """Record `msg`; return a line to show when the actor went down or came back, else ''."""
+        before = self.latest.get(msg.actor)
+        self.latest[msg.actor] = msg
+        if before is not None and before.since_ns == msg.since_ns:
+            return ""   # the same state said again
+        if msg.state in DOWN:
+            return describe(msg)
+        if msg.state == "RUNNING" and before is not None and before.state in (*DOWN, "STARTING"):
+            return describe(msg)
+        return ""
+
+    def failed(self) -> str:
+        """A line for an actor down for good (it will not come back by itself), else ''."""
+        for msg in self.latest.values():
+            if down_for_good(msg.state, msg.exit_status):
+                return describe(msg)
+        return ""
+
+
+def supervision(sup: Supervisor, info: dict, host: str, state: str = "",
+                expected: bool | None = None) -> Supervision:
+    """A Supervision message from supervisord's process info for one actor.
+
+    `state` and `expected` come from an event when it is older than `info`: by the time the
+    listener asks, a crashed actor is already starting again and its exit status is gone.
+    """
+    now = info.get("statename", "")
+    state = state or now
+    status = int(info.get("exitstatus") or 0) if now == state else 0
+    if state == "EXITED" and not status:
+        status = sup.last_exit(info["name"]) or 0
+    if expected is None:
+        expected = status in (0, EXIT_CONFIG)
+    reason = ""
+    if state in DOWN:
+        reason = sup.last_error(info["name"], fallback=False).split(" ERROR ", 1)[-1]
+        if state in ("BACKOFF", "FATAL") and info.get("spawnerr"):
+            reason = f"{info['spawnerr']}; {reason}"
+    return Supervision(actor=info["name"], host=host, state=state, exit_status=status,
+                       expected=expected, reason=reason, since_ns=now_ns())
+
+
+class Listener:
+    """The event listener: supervisord events in on stdin, Supervision out on the bus."""
+
+    def __init__(self, topology: Topology, host: str, sup: Supervisor) -> None:
+        self.host, self.sup = host, sup
+        self.ctx = zmq.Context()
+        self.pub = sockets.pub(self.ctx, topology.events_bind(host))
+        self.lock = threading.Lock()
+        self.latest: dict[str, Supervision] = {}
+        self.epoch, self.seq = time.time_ns(), 0
+
+    def send(self, msg: Supervision) -> None:
+        """Publish one message (from either thread)."""
+        with self.lock:
+            self.seq += 1
+            msg = stamp(msg, src=f"supervisor.{self.host}", epoch=self.epoch, seq=self.seq)
+            self.pub.send_multipart(encode(msg))
+
+    def event(self, name: str, payload: str) -> None:
+        """One supervisord event."""
+        if not name.startswith("PROCESS_STATE_"):
+            return
+        headers = childutils.get_headers(payload.split("\n", 1)[0])
+        if headers.get("groupname") != GROUP:
+            return
+        actor = headers["processname"]
+        try:
+            info = self.sup.rpc().supervisor.getProcessInfo(f"{GROUP}:{actor}")
+        except Exception as exc:  # noqa: BLE001 - supervisord going away: say what we know
+            log.warning("events: no process info for %s (%s)", actor, exc)
+            info = {"name": actor}
+        # The event's state, not the one now: it may have moved on (each comes in turn).
+        expected = headers["expected"] == "1" if "expected" in headers else None
+        msg = supervision(self.sup, info, self.host, state=name.removeprefix("PROCESS_STATE_"),
+                          expected=expected)
+        self.latest[actor] = msg
+        log.info("events: %s", describe(msg))
+        self.send(msg)
+
+    def repeat(self, stop: threading.Event) -> None:
+        """Say every actor's latest state again each second."""
+        while not stop.wait(REPEAT_S):
+            for msg in list(self.latest.values()):
+                self.send(msg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the listener until supervisord stops it."""
+    parser = argparse.ArgumentParser(prog="python -m deploy.events", description=__doc__)
+    parser.add_argument("--topology", required=True)
+    parser.add_argument("--host", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    topology = load(args.topology)
+    sup = Supervisor(Path(args.topology).resolve().parent)
+    try:
+        listener = Listener(topology, args.host, sup)
+    except zmq.ZMQError as exc:
+        log.error("events: cannot bind %s (%s); change hosts.%s.events_port",
+                  topology.events_bind(args.host), exc, args.host)
+        return 2
+    stop = threading.Event()
+    threading.Thread(target=listener.repeat, args=(stop,), daemon=True).start()
+    try:
+        while True:
+            headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
+            try:
+                listener.event(headers.get("eventname", ""), payload)
+            finally:
+                childutils.listener.ok(sys.stdout)
+    except (KeyboardInterrupt, BrokenPipeError, ValueError, KeyError):
+        return 0
+    finally:
+        stop.set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""What the chaos and hostile-peer tests share: a long recording of known clips, the actors of
+an `interpret` run, and the check that every utterance came out once, in order, at its time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import psutil
+import soundfile as sf
+
+from tests.conftest import corpus_clips, read_16k
+
+ACTORS = ("capture", "segmenter", "asr", "mt", "tts", "player")
+
+
+def build_recording(path: Path, utterances: int, seed: int,
+                    pause_s: tuple[float, float] = (3.0, 9.0)) -> list[tuple[float, Path]]:
+    """LJ clips in turn, each after a random pause; returns (media start, clip) per clip."""
+    rng = np.random.default_rng(seed)
+    clips = corpus_clips()
+    parts, placed, n = [], [], 0
+    for i in range(utterances):
+        pause = np.zeros(int(16000 * rng.uniform(*pause_s)), np.float32)
+        speech = read_16k(clips[i % len(clips)])
+        parts += [pause, speech]
+        placed.append(((n + len(pause)) / 16000, clips[i % len(clips)]))
+        n += len(pause) + len(speech)
+    parts.append(np.zeros(16000 * 2, np.float32))
+    sf.write(path, np.concatenate(parts), 16000, subtype="PCM_16")
+    return placed
+
+
+def actor_pid(tmp_root: Path, actor: str) -> int | None:
+    """The pid of an actor whose supervisord runs from a directory under `tmp_root`."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "--actor" in cmd and cmd[-1] == actor and any(str(tmp_root) in c for c in cmd):
+            return proc.pid
+    return None
+
+
+def check_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
+    """Every utterance exactly once, in order, at its time, recognisably, in the transcript,
+    the translation and output.wav (by the player's journal). Returns the transcript rows."""
+    transcripts = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
+    translations = [json.loads(x) for x in (out / "translation.jsonl").read_text().splitlines()]
+    assert len(transcripts) == len(placed), [(t["media_start_s"], t["text"]) for t in transcripts]
+    for row, (at, clip) in zip(transcripts, placed, strict=True):
+        assert abs(row["media_start_s"] - at) < 0.6, (row, at)
+        reference = set(clip.with_suffix(".txt").read_text().lower().split())
+        assert len(reference & set(row["text"].lower().replace(",", "").split())) >= 2, row
+    assert [t["utt"] for t in translations] == [t["utt"] for t in transcripts]
+    assert all(t["text"] for t in translations)
+
+    journal = [json.loads(x) for x in (out / "output.wav.journal").read_text().splitlines()]
+    written = [j for j in journal if "utt" in j]
+    assert [j["utt"] for j in written] == [t["utt"] for t in transcripts]
+    audio, rate = sf.read(out / "output.wav", dtype="float32")
+    ends = [0] + [j["end"] for j in written]
+    assert ends == sorted(ends) and ends[-1] <= len(audio)
+    for (start, end), row in zip(zip(ends, ends[1:], strict=False), written, strict=True):
+        loud = np.abs(audio[start:end]) > 0.01
+        assert loud.sum() / rate > 0.3, f"{row['utt']}: no speech in output.wav"
+    return transcripts
