@@ -47,7 +47,11 @@ DROP_WORDS = ("gap", "overflow", "drop", "bad_", "error", "filled", "refused", "
 
 
 class BenchError(Exception):
-    """The bench cannot run as asked; the message says what to do."""
+    """The bench cannot run as asked; the message says what to do. `code`: exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -484,8 +488,11 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
     code, reason = run_supervised(topology, collected,
                                   [*WATCHED, b"status.", b"speech."], out, limit_s,
                                   f"benchmarking {len(placed)} file(s)")
-    if code:
-        raise BenchError(f"the pipeline failed: {reason} (logs in {out / 'logs'})")
+    if code:   # stopped or failed: what was interpreted so far, marked partial
+        collected.write(out, fast, src, tgt, partial=reason)
+        raise BenchError(f"{'stopped' if code >= 128 else 'the pipeline failed'}: {reason}; "
+                         f"partial outputs ({len(collected.transcripts)} utterance(s)) in "
+                         f"{out}, logs in {out / 'logs'}", code)
     import soundfile as sf
 
     session, _ = sf.read(str(session_path), dtype="float32")

@@ -81,10 +81,33 @@ def cmd_up(args) -> int:
     print(f"voxweft: all {len(actors)} actors ready in {time.monotonic() - t0:.1f} s")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
     if args.watch:
-        from tools.watch import watch
-
-        return watch(topology, run_dir / "transcript.live.jsonl")
+        return _watch_then_stop(topology, sup, run_dir)
     return 0
+
+
+def _watch_then_stop(topology, sup: Supervisor, run_dir: Path) -> int:
+    """`up --watch`: watch until Ctrl-C, SIGTERM or SIGHUP, then stop what `up` started."""
+    import signal
+
+    from tools.interpret import STOP_SIGNALS, Terminated, raise_terminated
+    from tools.watch import watch
+
+    previous = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
+    code = 130   # watch returns on Ctrl-C
+    try:
+        watch(topology, run_dir / "transcript.live.jsonl")
+    except Terminated as exc:
+        code = 128 + exc.signum
+    finally:
+        for signum in (*previous, signal.SIGINT):   # a second signal must not cut it short
+            signal.signal(signum, signal.SIG_IGN)
+        print("voxweft: stopping the pipeline", file=sys.stderr, flush=True)
+        try:
+            sup.shutdown()
+        except SupervisorError as exc:
+            print(f"voxweft: {exc}", file=sys.stderr)
+            code = 1
+    return code
 
 
 def cmd_down(args) -> int:
@@ -179,7 +202,7 @@ def cmd_bench(args) -> int:
             old = bench.load_report(Path(args.compare))
             print(benchreport.compare(old, new))
     except bench.BenchError as exc:
-        return _die(f"voxweft bench: {exc}")
+        return _die(f"voxweft bench: {exc}", exc.code)
     return 0
 
 
@@ -284,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     sp.add_argument("--timeout", type=float, default=300, help="seconds to wait for ready")
     sp.add_argument("--watch", action="store_true",
-                    help="then show each utterance and its translation (Ctrl-C to leave)")
+                    help="then show each utterance and its translation; Ctrl-C, SIGTERM or "
+                         "SIGHUP stops the pipeline")
     sp.set_defaults(fn=cmd_up)
     for name, fn, text in (("down", cmd_down, "stop everything"),
                            ("status", cmd_status, "supervisor and bus state per actor")):

@@ -223,7 +223,8 @@ class Terminated(Exception):
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def _raise_terminated(signum, _frame) -> None:
+def raise_terminated(signum, _frame) -> None:
+    """Signal handler: raise Terminated."""
     raise Terminated(signum)
 
 
@@ -236,7 +237,7 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     Returns (exit code, reason): 0 when the collector finished.
     """
     # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
-    original = {s: signal.signal(s, _raise_terminated) for s in STOP_SIGNALS}
+    original = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT, VOXWEFT
 from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
 
-pytestmark = [pytest.mark.slow, pytest.mark.unverified, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 
@@ -28,7 +28,8 @@ def hog(seconds: float) -> list[subprocess.Popen]:
 
 
 def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):
-    placed = build_recording(tmp_path / "talk.wav", utterances=45, seed=7)
+    # 10+ minutes, 45 utterances
+    placed = build_recording(tmp_path / "talk.wav", utterances=45, seed=7, pause_s=(7.5, 12.5))
     out = tmp_path / "out"
     run_root = tmp_path / "runs"   # interpret's supervisord directory goes here (TMPDIR)
     run_root.mkdir()

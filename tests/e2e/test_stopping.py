@@ -1,10 +1,12 @@
-"""Stopping is clean: SIGTERM or SIGHUP on `interpret` stops what it started, within seconds,
-and writes what was interpreted so far, marked partial."""
+"""Stopping is clean: SIGTERM or SIGHUP on `interpret` or `bench` stops what it started,
+within seconds, and writes what was interpreted so far, marked partial. (`up --watch`: in
+tests/integration/test_supervision.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -24,15 +26,27 @@ def actor_pids(marker: str) -> list[int]:
                  any("supervisord" in c for c in (p.info["cmdline"] or [])))]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_signal_stops_interpret_and_keeps_partial_outputs(tmp_path, signum):
-    session = tmp_path / "talk.wav"
-    write_session(session, corpus_clips() * 2, pause_s=1.5)
+@pytest.mark.parametrize(("command", "signum"), [("interpret", signal.SIGTERM),
+                                                  ("interpret", signal.SIGHUP),
+                                                  ("bench", signal.SIGTERM)])
+def test_signal_stops_and_keeps_partial_outputs(tmp_path, command, signum):
     out = tmp_path / "out"
+    if command == "interpret":
+        session = tmp_path / "talk.wav"
+        write_session(session, corpus_clips() * 2, pause_s=1.5)
+        args = ["interpret", "--input", str(session), "--out", str(out)]
+    else:
+        corpus = tmp_path / "corpus"
+        corpus.mkdir()
+        for clip in corpus_clips():
+            shutil.copy(clip, corpus)
+            shutil.copy(clip.with_suffix(".txt"), corpus)
+        args = ["bench", "--corpus", str(corpus), "--out", str(out), "--pause-s", "1.5",
+                "--bus-seconds", "0"]
     run_root = tmp_path / "runs"
     run_root.mkdir()
-    proc = subprocess.Popen([*VOXWEFT, "interpret", "--input", str(session), "--out", str(out)],
-                            cwd=ROOT, env={**os.environ, "TMPDIR": str(run_root)},
+    proc = subprocess.Popen([*VOXWEFT, *args], cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(run_root)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
@@ -50,8 +64,7 @@ def test_signal_stops_interpret_and_keeps_partial_outputs(tmp_path, signum):
     stderr = proc.stderr.read()
     assert proc.returncode == 128 + signum, stderr
     assert took < 15, f"took {took:.1f} s to stop"
-    assert f"stopped by {signal.Signals(signum).name}" in stderr
-    assert "partial outputs" in stderr
+    assert f"stopped by {signal.Signals(signum).name}" in stderr and "partial outputs" in stderr
     time.sleep(1)
     assert actor_pids(str(run_root)) == [], "processes left behind"
     rows = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]

@@ -8,6 +8,7 @@ device a user would pick. Everything here runs at the daemon's real-time pace.
 from __future__ import annotations
 
 import collections
+import functools
 import subprocess
 import sys
 import threading
@@ -368,22 +369,30 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
     assert "output device back" in logs[0]
 
 
-def test_capture_survives_its_device_vanishing_and_resumes(pulse):  # noqa: F811
+def microphone_capture(**settings):
+    """A loaded capture actor on the null sink's monitor, driven by tick() in the test."""
     from actors.capture import CaptureActor
-    from deploy.topology import load as load_topology
 
-    topo = load_topology(None).with_overrides({"actors": {"capture": {
-        "source": "microphone", "device": DEVICE, "device_retry_ms": 300}}})
+    topo = load(None).with_overrides({"actors": {"capture": {
+        "source": "microphone", "device": DEVICE, **settings}}})
     cap = CaptureActor(topo, topo.actors["capture"])
     cap.epoch = 1
     cap.load()
+    return cap
 
-    def run_for(seconds: float) -> list:
-        frames, t0 = [], time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            frames += [m for m in cap.tick() if isinstance(m, AudioFrame)]
-            time.sleep(0.01)
-        return frames
+
+def tick_for(cap, seconds: float) -> list[AudioFrame]:
+    """Tick the capture actor for `seconds`; the frames it sent."""
+    frames, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        frames += [m for m in cap.tick() if isinstance(m, AudioFrame)]
+        time.sleep(0.01)
+    return frames
+
+
+def test_capture_survives_its_device_vanishing_and_resumes(pulse):  # noqa: F811
+    cap = microphone_capture(device_retry_ms=300)
+    run_for = functools.partial(tick_for, cap)
 
     try:
         assert len(run_for(0.5)) >= 10
@@ -405,26 +414,13 @@ def test_capture_survives_its_device_vanishing_and_resumes(pulse):  # noqa: F811
 def test_live_audio_is_dropped_only_at_capture_and_counted(pulse):  # noqa: F811
     """A segmenter that falls behind: capture drops live audio itself, counted, and media
     time jumps over the gap; never a silent overflow inside a socket queue."""
-    from actors.capture import CaptureActor
-    from deploy.topology import load as load_topology
-
-    topo = load_topology(None).with_overrides({"actors": {"capture": {
-        "source": "microphone", "device": DEVICE, "max_ahead_s": 1.0}}})
-    cap = CaptureActor(topo, topo.actors["capture"])
-    cap.epoch = 1
-    cap.load()
+    cap = microphone_capture(max_ahead_s=1.0)
+    run_for = functools.partial(tick_for, cap)
 
     def segmenter_at(media_ms: int) -> None:
         status = Status(state="ready", stream=cap.stream, media_ms=media_ms,
                         peers={"capture": 1})
         list(cap.handle(wire(status, src="segmenter")))
-
-    def run_for(seconds: float) -> list[AudioFrame]:
-        frames, t0 = [], time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            frames += [m for m in cap.tick() if isinstance(m, AudioFrame)]
-            time.sleep(0.01)
-        return frames
 
     try:
         segmenter_at(0)   # it heard our stream start and then took nothing more

@@ -150,15 +150,21 @@ class EventsWatcher:
         self.ctx.term()
 
 
-def test_up_names_the_actor_that_cannot_start(short_tmp):
+def up_with_fault(short_tmp, fault: str, timeout_s: int):
+    """`voxweft up` of a one-clip file pipeline with VOXWEFT_FAULT set, run to its end."""
     session = short_tmp / "in.wav"
     write_session(session, corpus_clips()[:1])
     topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
     run_dir = short_tmp / "run"
-    env = {**os.environ, "VOXWEFT_FAULT": "fail_load"}
     up = subprocess.run([*VOXWEFT, "up", "--topology", str(topo_path), "--run-dir",
-                         str(run_dir), "--timeout", "60"], cwd=ROOT, capture_output=True,
-                        text=True, env=env, timeout=120)
+                         str(run_dir), "--timeout", str(timeout_s)], cwd=ROOT,
+                        capture_output=True, text=True, timeout=timeout_s + 80,
+                        env={**os.environ, "VOXWEFT_FAULT": fault})
+    return up, topo_path, run_dir
+
+
+def test_up_names_the_actor_that_cannot_start(short_tmp):
+    up, _, run_dir = up_with_fault(short_tmp, "fail_load", 60)
     try:
         assert up.returncode != 0
         assert "failed" in up.stderr and "simulated missing model" in up.stderr, up.stderr
@@ -175,14 +181,7 @@ def test_up_names_the_actor_that_cannot_start(short_tmp):
 def test_transient_load_failure_is_retried_then_restarted(short_tmp):
     """flaky_load:2: two failed loads, retried in the process with backoff, then ready.
     flaky_load:9: every try fails; the actor exits 75 and supervisord starts it again."""
-    session = short_tmp / "in.wav"
-    write_session(session, corpus_clips()[:1])
-    topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
-    run_dir = short_tmp / "run"
-    env = {**os.environ, "VOXWEFT_FAULT": "flaky_load:2"}
-    up = subprocess.run([*VOXWEFT, "up", "--topology", str(topo_path), "--run-dir",
-                         str(run_dir), "--timeout", "120"], cwd=ROOT, capture_output=True,
-                        text=True, env=env, timeout=200)
+    up, topo_path, run_dir = up_with_fault(short_tmp, "flaky_load:2", 120)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         log = (run_dir / "logs" / "mt.log").read_text()
@@ -191,7 +190,7 @@ def test_transient_load_failure_is_retried_then_restarted(short_tmp):
     finally:
         voxweft("down", "--run-dir", str(run_dir))
 
-    env["VOXWEFT_FAULT"] = "flaky_load:9"
+    env = {**os.environ, "VOXWEFT_FAULT": "flaky_load:9"}
     topology = load(topo_path)
     events = EventsWatcher(topology)
     sup = Supervisor(run_dir)
@@ -261,4 +260,34 @@ def test_two_hosts_split_pipeline(short_tmp):
         sub.close(0)
         ctx.term()
         for run_dir in dirs.values():
+            voxweft("down", "--run-dir", str(run_dir))
+
+
+def test_up_watch_stops_what_it_started_on_sigterm(short_tmp):
+    session = short_tmp / "in.wav"
+    write_session(session, corpus_clips()[:1])
+    topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
+    run_dir = short_tmp / "run"
+    proc = subprocess.Popen([*VOXWEFT, "up", "--watch", "--topology", str(topo_path),
+                             "--run-dir", str(run_dir)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sup = Supervisor(run_dir)
+    try:
+        for line in proc.stdout:   # ready, then watching
+            if "actors ready" in line:
+                break
+        pids = [p["pid"] for p in sup.processes().values()]
+        supervisord = int((run_dir / "supervisord.pid").read_text())
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        assert proc.wait(30) == 128 + signal.SIGTERM
+        assert time.monotonic() - t0 < 15
+        for pid in [*pids, supervisord]:
+            wait_for(lambda pid=pid: not pid_alive(pid), 10, f"pid {pid} gone")
+        assert "stopping the pipeline" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if sup.running():
             voxweft("down", "--run-dir", str(run_dir))
