@@ -20,7 +20,7 @@ from pathlib import Path
 import zmq
 from supervisor import childutils
 
-from actors.runtime import EXIT_CONFIG
+from actors.runtime import EXIT_CONFIG, EXIT_RETRY
 from deploy.supervisor import GROUP, Supervisor, down_for_good
 from deploy.topology import Topology, load
 from protocol import sockets
@@ -41,6 +41,8 @@ def exit_words(status: int) -> str:
         return "killed by a signal"
     if status == EXIT_CONFIG:
         return f"exit {status}: configuration, model or language; not restarted"
+    if status == EXIT_RETRY:
+        return f"exit {status}: its model failed to load again and again"
     return f"exit {status}"
 
 

@@ -198,9 +198,9 @@ def test_transient_load_failure_is_retried_then_restarted(short_tmp):
         up = subprocess.Popen([*VOXWEFT, "up", "--topology", str(topo_path), "--run-dir",
                                str(run_dir), "--timeout", "60"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        lines = wait_for(lambda: [x for x in events.said("mt", "STARTING") or []
-                                  if "mt on _interpret crashed (exit 75)" in x], 90,
-                         "mt exit 75 and a restart")
+        said = "mt on _interpret crashed (exit 75: its model failed to load"
+        lines = wait_for(lambda: [x for x in events.said("mt", "STARTING") or [] if said in x],
+                         90, "mt exit 75 and a restart")
         assert "transient; failed 4 times" in lines[0], lines
         up.wait(90)
     finally:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from deploy.topology import load
-from protocol.messages import Transcript, Translation
+from protocol.messages import Status, Transcript, Translation
 from tests.conftest import ROOT, VOXWEFT
 from tests.integration.conftest import FakeUpstream, start_actor
 
@@ -19,12 +19,17 @@ pytestmark = pytest.mark.timeout(300)
 def test_tap_records_and_replay_drives_a_live_actor(topology_path, short_tmp):
     topology = load(topology_path)
     mt = start_actor(topology_path, "mt")
+    bus = FakeUpstream(topology, "asr", "mt")
+    # On a busy machine loading takes a while: the tap's 12 s start once mt is ready.
+    assert bus.receive(Status, 120, lambda s: s.state == "ready"), "mt never ready"
     record = short_tmp / "bus.vwrec"
     tap = subprocess.Popen([*VOXWEFT, "tap", "--topology", str(topology_path), "--json",
                             "--record", str(record), "--duration", "12"], cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    bus = FakeUpstream(topology, "asr", "mt")
     try:
+        # and what we send goes out once the tap listens (it starts slowly on a busy machine)
+        assert "listening on" in tap.stderr.readline()
+        time.sleep(1.0)   # its subscriptions reach the publishers
         deadline = time.monotonic() + 10
         got = None
         while time.monotonic() < deadline and got is None:
@@ -67,6 +72,7 @@ def test_watch_prints_source_and_translation_and_keeps_a_rolling_file(topology_p
     topology = load(topology_path)
     mt = start_actor(topology_path, "mt")
     bus = FakeUpstream(topology, "asr", "mt")
+    assert bus.receive(Status, 120, lambda s: s.state == "ready"), "mt never ready"
     screen = io.StringIO()
     rolling = short_tmp / "live.jsonl"
     viewer = threading.Thread(target=watch, args=(topology, rolling, 10.0, screen))
