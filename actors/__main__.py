@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import signal
+import time
+
+STARTED = time.monotonic()   # supervisord counts the start from about here
 
 # Block SIGTERM/SIGINT before any import can start a thread (BLAS pools, ONNX runtime...):
 # every thread inherits the mask, so the runtime's signal thread alone takes them (sigwait).
@@ -14,7 +17,7 @@ import os
 import sys
 
 from actors.config import ACTOR_NAMES
-from actors.runtime import EXIT_CONFIG, Runtime, StartupError, setup_logging
+from actors.runtime import EXIT_CONFIG, START_SECS, Runtime, StartupError, setup_logging
 
 
 def actor_class(name: str):
@@ -35,6 +38,18 @@ def actor_class(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the actor; return its exit code.
+
+    A configuration error (78) is returned only once supervisord counts the start as done,
+    or it would retry it (see START_SECS).
+    """
+    code = run(argv)
+    if code == EXIT_CONFIG:
+        time.sleep(max(0.0, START_SECS + 0.5 - (time.monotonic() - STARTED)))
+    return code
+
+
+def run(argv: list[str] | None = None) -> int:
     """Parse arguments, build the actor, run it until SIGTERM."""
     parser = argparse.ArgumentParser(prog="python -m actors", description=__doc__)
     parser.add_argument("--topology", required=True)

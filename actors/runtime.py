@@ -29,6 +29,7 @@ from typing import ClassVar
 
 import psutil
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from actors.custody import Outbox, Resync, Seen
 from protocol import sockets
@@ -50,6 +51,9 @@ STOP_GRACE_S = 1.5          # SIGTERM must end the process within 2 s, model cal
 DEGRADED_WINDOW_S = 30.0    # handler errors this recent mark the actor degraded
 EXIT_CONFIG = 78            # EX_CONFIG: supervisord is told not to restart (see deploy/)
 EXIT_RETRY = 75             # EX_TEMPFAIL: a transient load failure; supervisord restarts it
+#: supervisord's startsecs. An exit before it is a failed start, retried whatever its code
+#: (exitcodes apply only after RUNNING), so an actor exiting 78 lives at least this long.
+START_SECS = 2
 LOAD_BACKOFF_S = (1.0, 3.0, 9.0)   # waits between load attempts in one process
 
 log = logging.getLogger("voxweft")
@@ -445,7 +449,7 @@ class Runtime:
         to restart the process. Each failure is one line in the log and in the heartbeat.
         """
         actor = self.actor
-        for attempt in range(len(LOAD_BACKOFF_S) + 1):
+        for attempt, wait in enumerate((*LOAD_BACKOFF_S, None)):
             try:
                 self._load_fault(attempt)
                 actor.load()
@@ -455,17 +459,15 @@ class Runtime:
                 if permanent(exc):
                     log.error("%s: cannot start: %s", actor.name, exc)
                     return EXIT_CONFIG
-                if attempt == len(LOAD_BACKOFF_S):
+                if wait is None:
                     log.error("%s: cannot start: %s: %s (transient; failed %d times, "
                               "exiting for supervisord to restart it)", actor.name,
                               type(exc).__name__, exc, attempt + 1)
                     return EXIT_RETRY
-                wait = LOAD_BACKOFF_S[attempt]
                 self.detail = f"load failed ({type(exc).__name__}: {exc}); retry in {wait:.0f} s"
                 log.warning("%s: %s", actor.name, self.detail)
                 if self.stop.wait(wait):
                     return 0
-        return None
 
     def _load_fault(self, attempt: int) -> None:
         """VOXWEFT_FAULT fail_load (permanent) and flaky_load:N (first N attempts fail)."""
@@ -479,8 +481,6 @@ class Runtime:
         return sock.get_monitor_socket(sum(set(sockets.BOUND_EVENTS)))
 
     def _count_bound(self, mon: zmq.Socket) -> None:
-        from zmq.utils.monitor import recv_monitor_message
-
         event = recv_monitor_message(mon)
         self.actor.counters[sockets.BOUND_EVENTS.get(event["event"], "peer_events")] += 1
 
@@ -521,8 +521,6 @@ class Runtime:
                 mon.close(0)
 
     def _reconnect(self, mon: zmq.Socket, sock: zmq.Socket) -> None:
-        from zmq.utils.monitor import recv_monitor_message
-
         event = recv_monitor_message(mon)
         endpoint = event["endpoint"].decode()
         self.actor.counters["disconnects"] += 1

@@ -21,7 +21,7 @@ import zmq
 from supervisor import childutils
 
 from actors.runtime import EXIT_CONFIG, EXIT_RETRY
-from deploy.supervisor import GROUP, Supervisor, down_for_good
+from deploy.supervisor import GROUP, Supervisor
 from deploy.topology import Topology, load
 from protocol import sockets
 from protocol.codec import encode
@@ -86,12 +86,6 @@ class Board:
             return describe(msg)
         return ""
 
-    def failed(self) -> str:
-        """A line for an actor down for good (it will not come back by itself), else ''."""
-        for msg in self.latest.values():
-            if down_for_good(msg.state, msg.exit_status):
-                return describe(msg)
-        return ""
 
 
 def supervision(sup: Supervisor, info: dict, host: str, state: str = "",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import zmq
 
-from actors.runtime import EXIT_CONFIG
+from actors.runtime import EXIT_CONFIG, START_SECS
 from deploy.topology import Topology
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
@@ -27,7 +27,6 @@ from protocol.messages import Status
 
 GROUP = "voxweft"
 # Model loading happens after startsecs; readiness is read from the bus, not from RUNNING.
-START_SECS = 2
 START_RETRIES = 3
 STOP_WAIT_SECS = 5    # actors exit within 2 s of SIGTERM; the rest is margin
 

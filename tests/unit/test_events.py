@@ -45,10 +45,9 @@ def test_board_says_down_and_back_once_each():
     assert board.update(_msg("EXITED", 2, -1, expected=False)) == ""   # said again: silent
     assert board.update(_msg("STARTING", 3)) == ""
     assert board.update(_msg("RUNNING", 4)) == "tts on m2 is running again"
-    assert board.failed() == ""
     line = board.update(_msg("EXITED", 5, EXIT_CONFIG, reason="tts: cannot start: no voice"))
     assert "not restarted" in line and line.endswith("tts: cannot start: no voice")
-    assert board.failed() == line
+    assert down_for_good(board.latest["tts"].state, board.latest["tts"].exit_status)
 
 
 def test_describe_backoff_and_fatal():
