@@ -5,16 +5,19 @@ from __future__ import annotations
 import abc
 import collections
 import importlib.resources
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from actors import budget
 from actors.runtime import Actor, StartupError
 from protocol.messages import Done, Message, Segment, Transcript, now_ns, traced
 
 RATE = 16000
+log = logging.getLogger("voxweft.asr")
 
 
 class AsrEngine(abc.ABC):
@@ -81,6 +84,9 @@ def packaged_whisper_tiny_en() -> Path:
 
 # Models shipped in packages, by the name a topology gives them; anything else is a folder.
 PACKAGED_MODELS = ("base", "tiny.en")
+COMPUTE_TYPES = ("int8", "int8_float32", "float32", "default")
+#: compute_type "auto" measures these at load and keeps the faster.
+AUTO_CHOICES = ("int8", "float32")
 
 
 class FasterWhisperEngine(AsrEngine):
@@ -103,9 +109,9 @@ class FasterWhisperEngine(AsrEngine):
 
     def __init__(self, **settings) -> None:
         self.settings = _check_settings(settings, self.DEFAULTS)
-        if self.settings["compute_type"] not in ("int8", "int8_float32", "float32", "default"):
+        if self.settings["compute_type"] not in ("auto", *COMPUTE_TYPES):
             raise ValueError(f"compute_type = {self.settings['compute_type']!r} is not one of: "
-                             "int8, int8_float32, float32, default")
+                             f"auto, {', '.join(COMPUTE_TYPES)}")
         if not 1 <= int(self.settings["beam_size"]) <= 10:
             raise ValueError(f"beam_size = {self.settings['beam_size']!r} must be 1..10")
         if self.settings["window_s"] not in (5, 10, 15, 30):
@@ -116,6 +122,10 @@ class FasterWhisperEngine(AsrEngine):
             raise ValueError(f"model = {model!r} is none of: {', '.join(PACKAGED_MODELS)}, "
                              "nor a CTranslate2 model folder")
         self.model = None
+        # compute_type auto: wall s per s of speech of each candidate, and the one kept
+        self.variants: dict[str, float] = {}
+        self.chosen = "" if self.settings["compute_type"] == "auto" else \
+            self.settings["compute_type"]
         self.tokenizers: dict[str, object] = {}
         self.fallbacks = 0    # short-window decodes redone with the full window
 
@@ -129,19 +139,38 @@ class FasterWhisperEngine(AsrEngine):
         return frozenset(_LANGUAGE_CODES)
 
     def load(self) -> None:
-        """Build the CTranslate2 Whisper model once."""
+        """Build the CTranslate2 Whisper model once (`auto`: the faster of AUTO_CHOICES)."""
+        compute = self.settings["compute_type"]
+        if compute != "auto":
+            self.model = self._build(compute)
+            return
+        # Which kernels are faster depends on the CPU (int8 wins where it has VNNI, and here
+        # on AVX2 too): build each, time it on 5 s of known speech, keep the faster.
+        audio = budget.sample_speech()[0][:5 * RATE]
+        lang = "en" if "en" in self.languages() else sorted(self.languages())[0]
+        best = None
+        for candidate in AUTO_CHOICES:
+            self.model = self._build(candidate)
+            self.transcribe(audio[:RATE], lang)   # lazy setup is not what we compare
+            rtf = budget.measure(lambda: (self.transcribe(audio, lang),), len(audio) / RATE)
+            self.variants[candidate] = rtf["rtf"]
+            if best is None or rtf["rtf"] < self.variants[best[0]]:
+                best = (candidate, self.model)
+        self.chosen, self.model = best
+        log.info("asr: compute_type auto: %s; using %s", ", ".join(
+            f"{k} {v:.3f} s per s of speech" for k, v in self.variants.items()), self.chosen)
+
+    def _build(self, compute: str):
         from faster_whisper import WhisperModel
 
         model = self.settings["model"]
-        kwargs = dict(device="cpu", compute_type=self.settings["compute_type"],
+        kwargs = dict(device="cpu", compute_type=compute,
                       cpu_threads=int(self.settings["threads"]), num_workers=1)
         if model == "base":
-            self.model = WhisperModel("whisper-base", files=packaged_whisper_base(), **kwargs)
-        elif model == "tiny.en":
-            self.model = WhisperModel(str(packaged_whisper_tiny_en()), local_files_only=True,
-                                      **kwargs)
-        else:
-            self.model = WhisperModel(model, local_files_only=True, **kwargs)
+            return WhisperModel("whisper-base", files=packaged_whisper_base(), **kwargs)
+        if model == "tiny.en":
+            return WhisperModel(str(packaged_whisper_tiny_en()), local_files_only=True, **kwargs)
+        return WhisperModel(model, local_files_only=True, **kwargs)
 
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
@@ -249,10 +278,20 @@ class AsrActor(Actor):
         self.engine.load()
 
     def warmup(self) -> None:
-        """One decode of quiet noise: the first real utterance pays no lazy setup."""
+        """One decode of quiet noise (lazy setup), then the budget: 12 s of known speech."""
         rng = np.random.default_rng(0)
         self.engine.transcribe((rng.standard_normal(RATE) * 0.001).astype(np.float32),
                                self.config.src_lang)
+        audio, _text = budget.sample_speech()
+        lang = "en" if "en" in self.engine.languages() else self.config.src_lang
+        self.budget = budget.measure(lambda: (self.engine.transcribe(audio, lang),),
+                                     len(audio) / RATE)
+        # compute_type auto: what each candidate cost when it was chosen
+        self.budget.update({f"rtf_{k}": v for k, v in self.engine.variants.items()})
+
+    def engine_name(self) -> str:
+        """The engine and the kernels it runs (compute_type auto: the ones it chose)."""
+        return f"{self.config.engine} {self.engine.chosen}".strip()
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Transcribe one segment in the language the message names."""

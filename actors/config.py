@@ -122,6 +122,10 @@ class TtsConfig(EngineConfig):
     catchup_full_s: float = 2.0
     # Kokoro pt round trip WER: 16 % at speed 1.0, 21 % at 1.3, 44 % at 1.5.
     catchup_max_speed: float = 1.3
+    # A faster engine that speaks what is late (actors.lag, step 3), with its settings;
+    # "" = none (the fallback for Portuguese, espeak-ng, is not understood).
+    backlog_engine: str = ""
+    backlog_settings: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise ValueError on an unusable value."""

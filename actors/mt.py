@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
+from actors import budget
 from actors.runtime import Actor, StartupError
 from protocol.messages import Message, Transcript, Translation, now_ns, traced
 
@@ -455,8 +456,13 @@ class MtActor(Actor):
         self.engine.load()
 
     def warmup(self) -> None:
-        """Translate one sentence so the first utterance pays no lazy setup."""
-        self.engine.translate("Hello.", self.config.src_lang, self.config.tgt_lang)
+        """Translate one sentence (lazy setup), then the budget: the 12 s sample's text."""
+        src, tgt = self.config.src_lang, self.config.tgt_lang
+        self.engine.translate("Hello.", src, tgt)
+        audio, text = budget.sample_speech()
+        self.budget = budget.measure(
+            lambda: [self.engine.translate(line, src, tgt) for line in text.splitlines()],
+            len(audio) / 16000)
 
     def close(self) -> None:
         """End engine helpers (apertium keeps a pipeline of processes per direction)."""

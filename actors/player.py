@@ -331,6 +331,7 @@ class Utterance:
     resampler: object = None      # soxr stream at the chunks' rate: no edge at chunk joins
     resampler_rate: int = 0
     hold_since: float | None = None   # monotonic time the jitter buffer started holding
+    skipped: str = ""             # why tts did not speak it (its last chunk says)
 
 
 class PlayerActor(Actor):
@@ -413,6 +414,7 @@ class PlayerActor(Actor):
         u.last_arrival = time.monotonic()
         if msg.last:
             u.last_index = msg.index
+            u.skipped = msg.skipped
         if not u.trace:
             u.trace = self.arrived(msg.trace, "play")
         return iter(())
@@ -577,7 +579,7 @@ class PlayerActor(Actor):
         if u.started_ns is None:
             after = max([now_ns()] + [due for due, _ in self.pending])   # keep event order
             self._schedule(after, PlaybackEvent(utt=u.utt, event="skipped",
-                                                complete=u.complete,
+                                                complete=u.complete, reason=u.skipped,
                                                 trace=traced(u.trace, "play.end")))
             return
         end_ns = self.sink.busy_until_ns()

@@ -99,6 +99,8 @@ class Actor:
         # resuming after a restart read it): which stream, and how far in (ms).
         self.stream = ""
         self.media_ms = 0
+        # What its engine costs on this machine, measured at warm-up (actors.budget).
+        self.budget: dict[str, float] = {}
 
     def arrived(self, trace: Trace, stage: str) -> Trace:
         """`trace` with this message's "<stage>.ready" and "<stage>.recv" events."""
@@ -224,7 +226,7 @@ class Runtime:
                       counters=counters, peers=dict(self.peers), links=dict(self.links),
                       outstanding=len(self.outbox) + self.actor.held(),
                       stream=self.actor.stream, media_ms=int(self.actor.media_ms),
-                      resources=resources())
+                      resources=resources(), budget=dict(self.actor.budget))
 
     def _degraded_reason(self) -> str:
         now = time.monotonic()

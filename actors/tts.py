@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from actors import budget, lag
 from actors.runtime import Actor
 from actors.tts_engines import ENGINES
 from protocol.messages import (
@@ -31,6 +32,9 @@ class TtsActor(Actor):
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
         self.engine = ENGINES[config.engine](**config.engine_settings())
+        # A faster engine for speech that is late (actors.lag), if the topology names one.
+        self.backlog_engine = (ENGINES[config.backlog_engine](**config.backlog_settings)
+                               if config.backlog_engine else None)
         # Speech sent but not yet heard: utt -> [seconds of audio, wall ns sent]; and when
         # the player started each (its playback events), to know how far behind we are.
         self.queued: dict[str, list] = {}
@@ -65,49 +69,68 @@ class TtsActor(Actor):
             self.playing.pop(msg.utt, None)
 
     def load(self) -> None:
-        """Build the voice model."""
+        """Build the voice model (and the backlog engine's)."""
         self.engine.load()
+        if self.backlog_engine is not None:
+            self.backlog_engine.load()
 
     def warmup(self) -> None:
-        """Synthesize one short clause so the first utterance pays no lazy setup."""
-        for _ in self.engine.synthesize("Olá." if self.config.tgt_lang == "pt" else "Hello.",
-                                        self.config.tgt_lang):
+        """Synthesize one short clause (lazy setup), then the budget: a typical sentence."""
+        lang = self.config.tgt_lang
+        for _ in self.engine.synthesize("Olá." if lang == "pt" else "Hello.", lang):
             pass
+        made = []
+        self.budget = budget.measure(
+            lambda: (made.append(len(pcm)) for pcm in self.engine.synthesize(
+                budget.SPOKEN.get(lang, budget.SPOKEN["en"]), lang)),
+            lambda: sum(made) / self.engine.sample_rate)
 
     def handle(self, msg: Message) -> Iterator[Message]:
-        """Speak one translation, faster when earlier speech is still queued at the player."""
+        """Speak one translation, faster (or not at all) when the listener is behind."""
         if isinstance(msg, PlaybackEvent):
             self._on_playback(msg)
             return
         if not isinstance(msg, Translation):
             return
-        rate = self.engine.sample_rate
         lang = msg.tgt_lang or self.config.tgt_lang
         start = now_ns()
         trace = traced(self.arrived(msg.trace, "tts"), "tts.start", start)
+        speech_end = trace_ns(trace, "speech_end")
+        queued = self.backlog_s(start)
+        plan = lag.decide(
+            since_end_s=max(0.0, (start - speech_end) / 1e9) if speech_end else 0.0,
+            queued_s=queued, first_chunk_s=self.budget.get("first_s", 0.5),
+            max_lag_s=self.topology.max_lag_s, speed_for_queue=self.config.speed(queued),
+            max_speed=self.config.catchup_max_speed,
+            has_backlog_engine=self.backlog_engine is not None)
+        for step in plan.steps():
+            self.counters[f"lag_{step}"] += 1
+        engine = self.backlog_engine if plan.backlog_engine else self.engine
         index, samples = 0, 0
-        backlog = self.backlog_s(start)
-        speed = self.config.speed(backlog)
-        if speed > 1.0:
-            self.counters["catchup"] += 1
-        if msg.text and lang not in self.engine.languages():
+        if plan.skip:
+            self.log.warning("tts: %s not spoken: %s", msg.utt, plan.skip)
+        elif msg.text and lang not in engine.languages():
             self.counters["refused_lang"] += 1
             self.log.error("tts: %s is in %r; engine %s speaks only %s", msg.utt, lang,
-                           self.engine.name, ", ".join(sorted(self.engine.languages())))
+                           engine.name, ", ".join(sorted(engine.languages())))
         elif msg.text:
-            for pcm in self.engine.synthesize(msg.text, lang, speed):
+            for pcm in engine.synthesize(msg.text, lang, plan.speed,
+                                         eager=not plan.long_chunks):
                 samples += len(pcm)
                 if index == 0:
                     trace = traced(trace, "tts.first")
                 yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=False,
-                                  sample_rate=rate, pcm=np.asarray(pcm, np.float32),
-                                  speed=speed, trace=trace)
+                                  sample_rate=engine.sample_rate,
+                                  pcm=np.asarray(pcm, np.float32), speed=plan.speed,
+                                  trace=trace)
                 index += 1
         trace = traced(trace, "tts.end")
         if samples:
-            self.queued[msg.utt] = [samples / rate, now_ns()]
-        self.log.info("tts: %s %d chunk(s), %.2f s of speech at speed %.2f (backlog %.1f s) in "
-                      "%.0f ms", msg.utt, index, samples / rate, speed, backlog,
-                      (now_ns() - start) / 1e6)
-        yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=True, sample_rate=rate,
-                          pcm=np.zeros(0, np.float32), speed=speed, trace=trace)
+            self.queued[msg.utt] = [samples / engine.sample_rate, now_ns()]
+        self.log.info("tts: %s %d chunk(s), %.2f s of speech at speed %.2f (queued %.1f s, "
+                      "lag %.1f s%s) in %.0f ms", msg.utt, index,
+                      samples / engine.sample_rate, plan.speed, queued, plan.lag_s,
+                      "".join(f", {s}" for s in plan.steps()), (now_ns() - start) / 1e6)
+        yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=True,
+                          sample_rate=engine.sample_rate, pcm=np.zeros(0, np.float32),
+                          speed=plan.speed, skipped=plan.skip, trace=trace)

@@ -170,7 +170,7 @@ class TtsEngine(abc.ABC):
     def languages(self) -> frozenset[str]:
         """ISO-639-1 codes this engine can speak."""
 
-    def plan(self, text: str) -> list[str]:
+    def plan(self, text: str, eager: bool = True) -> list[str]:
         """The pieces of `text` synthesize() yields one audio chunk for, in order."""
         return split_clauses(text)
 
@@ -179,12 +179,16 @@ class TtsEngine(abc.ABC):
         """Build the model once; all heavy work happens here, never in __init__."""
 
     @abc.abstractmethod
-    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
         """Yield float32 mono audio in [-1, 1] at ``sample_rate``, one array per clause.
 
         Each clause is yielded as soon as it is ready. Unsupported ``lang`` raises ValueError;
         empty or whitespace-only text yields nothing. ``speed`` multiplies the configured
-        speaking rate (the tts actor speeds up to catch up with a backlog).
+        speaking rate (the tts actor speeds up to catch up with a backlog). ``eager``: a
+        short first chunk, for the first audio's latency; False when that audio would wait
+        at the player anyway (engines whose cost per second of speech is lower in long
+        chunks then make long ones).
         """
 
     def _check_lang(self, lang: str) -> None:
@@ -237,7 +241,8 @@ class EspeakEngine(TtsEngine):
             if next(self.synthesize("ok", lang), None) is None:
                 raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._exe is None:
@@ -416,14 +421,15 @@ class KokoroEngine(TtsEngine):
                 out.append(ipa + mark)
         return " ".join(out).strip()
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
         """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._session is None:
             raise RuntimeError("KokoroEngine.load() must be called before synthesize()")
-        return self._clauses(text, lang, speed)
+        return self._clauses(text, lang, speed, eager)
 
-    def plan(self, text: str) -> list[str]:
+    def plan(self, text: str, eager: bool = True) -> list[str]:
         """The chunks to synthesize: a short first chunk, then chunks that grow.
 
         Kokoro's cost is about 0.6-0.8 s per second of audio it makes (2 cores), so the first
@@ -431,21 +437,23 @@ class KokoroEngine(TtsEngine):
         or at `first_chunk_chars` (but not before two words). Each later chunk (three words or
         more, ending at a clause mark where one comes) may be `chunk_growth` times longer than
         the one before, up to `max_clause_chars`, so it is ready about when the one before
-        has played. A tail of fewer than three words joins the chunk before it.
+        has played. A tail of fewer than three words joins the chunk before it. Not `eager`:
+        chunks of up to `max_clause_chars` from the first on.
         """
         chunks: list[str] = []
-        budget = float(self.first_chunk_chars)
+        budget = float(self.first_chunk_chars if eager else self.max_clause_chars)
         for clause in split_clauses(text, self.max_clause_chars):
             words = clause.split()
             while words:
-                least = 2 if not chunks else _MIN_WORDS   # fewest words before a cut
+                first = eager and not chunks
+                least = 2 if first else _MIN_WORDS   # fewest words before a cut
                 take: list[str] = []
                 while words:
                     if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
                         break
                     take.append(words.pop(0))
                     if take[-1].rstrip(_CLOSERS)[-1:] in _CLAUSE_END and \
-                            (not chunks or len(take) >= least):
+                            (first or len(take) >= least):
                         break   # a natural break: "Olá," or "E," may be the whole first chunk
                 if chunks and 0 < len(words) < _MIN_WORDS and \
                         len(" ".join(take + words)) <= self.max_clause_chars:
@@ -455,8 +463,9 @@ class KokoroEngine(TtsEngine):
                              max(budget, len(chunks[-1])) * self.chunk_growth)
         return chunks
 
-    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
-        for clause in self.plan(text):
+    def _clauses(self, text: str, lang: str, speed: float = 1.0,
+                 eager: bool = True) -> Iterator[np.ndarray]:
+        for clause in self.plan(text, eager):
             phonemes = self.phonemize(clause, lang)
             pieces = [self._infer(p, speed) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
@@ -527,7 +536,7 @@ class PiperEngine(TtsEngine):
         """The packaged voice speaks American English only."""
         return frozenset({"en"})
 
-    def plan(self, text: str) -> list[str]:
+    def plan(self, text: str, eager: bool = True) -> list[str]:
         """Clauses of at most max_clause_chars."""
         return split_clauses(text, self.max_clause_chars)
 
@@ -560,7 +569,8 @@ class PiperEngine(TtsEngine):
         self._syn = SynthesisConfig(length_scale=1.0 / self.speed, normalize_audio=False)
         next(self._clauses("Ready.", "en"), None)   # first run allocates: pay it here
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._voice is None:

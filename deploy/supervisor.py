@@ -292,8 +292,11 @@ class BusWatcher:
 
 
 def wait_ready(sup: Supervisor, topology: Topology, actors: list[str],
-               timeout_s: float = 300.0, progress=None) -> None:
-    """Return once every actor reports ready on the bus; raise naming the one that failed."""
+               timeout_s: float = 300.0, progress=None) -> dict[str, Status]:
+    """Wait until every actor reports ready on the bus; raise naming the one that failed.
+
+    Returns their last heartbeats (their measured budgets among them).
+    """
     watcher = BusWatcher(topology, actors)
     deadline = time.monotonic() + timeout_s
     try:
@@ -310,7 +313,7 @@ def wait_ready(sup: Supervisor, topology: Topology, actors: list[str],
             if progress:
                 progress(ready)
             if len(ready) == len(actors):
-                return
+                return watcher.latest
             if time.monotonic() > deadline:
                 missing = [a for a in actors if a not in ready]
                 raise SupervisorError(f"not ready after {timeout_s:.0f} s: "

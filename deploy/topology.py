@@ -18,7 +18,10 @@ from actors.config import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("default.toml")
 TOP_KEYS = ("pipeline", "hosts", "actors")
-PIPELINE_KEYS = ("src_lang", "tgt_lang")
+PIPELINE_KEYS = ("src_lang", "tgt_lang", "max_lag_s")
+#: The live listener never hears a translation start later than this after its speech
+#: ended (actors.lag); 0: no bound (file interpretation keeps every utterance).
+DEFAULT_MAX_LAG_S = 6.0
 HOST_KEYS = ("address", "bind", "events_port")
 #: Where a host's supervisord event listener publishes actor process states (deploy.events).
 DEFAULT_EVENTS_PORT = 47600
@@ -51,6 +54,7 @@ class Topology:
     hosts: dict[str, Host]
     actors: dict[str, ActorConfig]
     raw: dict
+    max_lag_s: float = DEFAULT_MAX_LAG_S
 
     def host_of(self, actor: str) -> Host:
         """The host an actor runs on."""
@@ -167,6 +171,15 @@ def check_engine(name: str, config: EngineConfig, where: str):
         engine = registry[config.engine](**config.engine_settings())
     except (ValueError, TypeError) as exc:
         raise TopologyError(f"{where}.settings: {exc}") from None
+    backlog = getattr(config, "backlog_engine", "")
+    if backlog:
+        if backlog not in registry:
+            raise TopologyError(f"{where}.backlog_engine = {backlog!r} is not one of: "
+                                f"{', '.join(registry)}")
+        try:
+            registry[backlog](**config.backlog_settings)
+        except (ValueError, TypeError) as exc:
+            raise TopologyError(f"{where}.backlog_settings: {exc}") from None
     if name == "mt":
         ok, wanted, offered = ((config.src_lang, config.tgt_lang) in engine.pairs(),
                                f"{config.src_lang}->{config.tgt_lang}",
@@ -199,6 +212,11 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
         if not (isinstance(code, str) and len(code) == 2 and code.isalpha() and code.islower()):
             raise TopologyError(f"{source}: pipeline.{key} = {code!r} must be a two-letter "
                                 "ISO 639-1 code such as 'en' or 'pt'")
+    max_lag_s = pipeline.get("max_lag_s", DEFAULT_MAX_LAG_S)
+    if isinstance(max_lag_s, bool) or not isinstance(max_lag_s, (int, float)) or not (
+            max_lag_s == 0 or 2 <= max_lag_s <= 600):
+        raise TopologyError(f"{source}: pipeline.max_lag_s = {max_lag_s!r} must be 0 (no "
+                            "bound: keep every utterance) or seconds in 2..600")
     hosts = {}
     for name, table in _table(f"{source}: hosts", raw.get("hosts", {})).items():
         _unknown(f"{source}: hosts.{name}", _table(f"{source}: hosts.{name}", table), HOST_KEYS)
@@ -247,7 +265,7 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
                 raise TopologyError(f"{source}: actors.{name}.{key} = {port} is already used by "
                                     f"{ports[(addr, port)]} on host {config.host}")
             ports[(addr, port)] = f"actors.{name}"
-    return Topology(source, src_lang, tgt_lang, hosts, actors, raw)
+    return Topology(source, src_lang, tgt_lang, hosts, actors, raw, float(max_lag_s))
 
 
 def load(path: str | os.PathLike | None = None) -> Topology:

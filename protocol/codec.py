@@ -114,10 +114,10 @@ def _check_trace(value: object) -> tuple:
     return tuple(out)
 
 
-def _check_counters(name: str, value: object) -> dict[str, int]:
+def _check_map(name: str, value: object, kind: str) -> dict:
     if not isinstance(value, dict):
-        raise ProtocolError("bad_field", f"field {name!r} must be a map of str to int")
-    return {_check_scalar(name, k, "str"): _check_scalar(name, v, "int")
+        raise ProtocolError("bad_field", f"field {name!r} must be a map of str to {kind}")
+    return {_check_scalar(name, k, "str"): _check_scalar(name, v, kind)
             for k, v in value.items()}
 
 
@@ -172,8 +172,8 @@ def decode(frames: list[bytes]) -> Message:
         value = header[f.name]
         if f.type == "Trace":
             kwargs[f.name] = _check_trace(value)
-        elif f.type == "dict[str, int]":
-            kwargs[f.name] = _check_counters(f.name, value)
+        elif f.type in ("dict[str, int]", "dict[str, float]"):
+            kwargs[f.name] = _check_map(f.name, value, f.type[10:-1])
         else:
             kwargs[f.name] = _check_scalar(f.name, value, f.type)
     msg = cls(**kwargs)

@@ -164,6 +164,9 @@ class SpeechChunk(PcmMessage):
     last: bool = False
     text: str = ""
     speed: float = 1.0        # speaking-rate multiplier the voice used (catching up)
+    #: On the `last` chunk: why the translation was not spoken ("" when it was), e.g. the
+    #: listener is too far behind (actors.lag). The player says so in its "skipped" event.
+    skipped: str = ""
     trace: Trace = ()
 
 
@@ -176,6 +179,7 @@ class PlaybackEvent(Message):
     event: str = "started"    # started | finished | skipped
     duration_s: float = 0.0
     complete: bool = True     # False when a gap timed out before the last chunk came
+    reason: str = ""          # skipped: why it was not spoken ("" for an empty translation)
     trace: Trace = ()
 
 
@@ -212,6 +216,10 @@ class Status(Message):
     media_ms: int = 0         # ... and how far into it: consumed (segmenter), received (asr)
     #: rss_kb, peak_rss_kb, cpu_ms (user + system), fds (open descriptors), threads
     resources: dict[str, int] = field(default_factory=dict)
+    #: What its engine costs on this machine, measured at warm-up (tools.budget): `cpu` CPU
+    #: seconds and `rtf` wall seconds per second of speech (the source's for asr and mt, its
+    #: own for tts), `first_s` (tts: its first chunk), `cores` this host has.
+    budget: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

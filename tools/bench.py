@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from actors import budget as cpu_budget
+from actors import lag as lag_policy
 from deploy.topology import Topology
 from protocol.messages import SpeechChunk, Status, VadEvent, trace_ns
 from tools import benchmetrics, benchreport
@@ -38,10 +40,13 @@ SCHEMA = "voxweft-bench/1"
 RATE = 16_000
 AUDIO = (".wav", ".flac", ".ogg", ".mp3")
 LEAD_S = 0.5                 # silence before the first file
+CONTINUOUS_PAUSE_S = 0.3      # `--continuous`: the pause after each file
 SAMPLE_EVERY_S = 5.0         # soak series: one point per actor this often
 FLOOR_MAX = 60               # the floor and the round trip take the first this many
 WARMUP_S = 60.0              # soak: memory trends are fitted after this (or 10 %)
 #: Counters that mean something was lost, refused or broken.
+#: A 10 ms window of played speech louder than this (RMS, about -40 dBFS) is voiced.
+VOICED_RMS = 0.01
 DROP_WORDS = ("gap", "overflow", "drop", "bad_", "error", "filled", "refused", "disconnect",
               "lost", "incomplete")
 
@@ -304,9 +309,11 @@ def _last_half_growth(points: list) -> float | None:
 
 
 def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
-            floor: dict, bus: dict | None, fast: bool, soak_minutes: float | None) -> dict:
+            floor: dict, bus: dict | None, fast: bool, soak_minutes: float | None,
+            topology: Topology) -> dict:
     """Everything in the report but its header: latency, floor, quality, resources, soak."""
     t0_ns = _session_start_ns(collected)
+    max_lag_s = topology.max_lag_s
     floor_rows = floor.get("floor", {})
     rows = []
     for utt in collected.committed:
@@ -326,7 +333,10 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "media_end_s": round(t.media_end_s, 3) if t else None,
             "text": t.text if t else None, "translation": tr.text if tr else None,
             "back_text": floor.get("back", {}).get(utt),
-            "played": utt in collected.started, "speed": collected.speed.get(utt), **lat,
+            "played": utt in collected.started, "speed": collected.speed.get(utt),
+            "not_spoken": collected.unspoken(utt), **lat,
+            "speech_end_to_first_voiced_s": _first_voiced(collected, utt,
+                                                          lat["speech_end_to_first_audio_s"]),
             "pipeline_s": _pipeline_s(ev.trace, lat["stages_s"]) if ev else None,
             "floor_s": f.get("total"),
             "floor_stages_s": {k: f.get(k) for k in ("asr", "mt", "tts_first_chunk")},
@@ -334,7 +344,8 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "played_s": _played_s(collected, utt),
         })
     latency = {key: summarize([r[key] for r in rows])
-               for key in ("speech_end_to_first_audio_s", "segment_to_first_audio_s")}
+               for key in ("speech_end_to_first_voiced_s", "speech_end_to_first_audio_s",
+                           "segment_to_first_audio_s")}
     latency["stages_s"] = {name: summarize([r["stages_s"][name] for r in rows])
                            for name in STAGES}
     pipeline = summarize([r["pipeline_s"] for r in rows])
@@ -352,10 +363,70 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         "resources": _resources(collected.statuses),
         # What was lost, refused or dropped, per actor (live audio: capture's dropped_ms).
         "drops": _drops(collected.statuses),
+        "lag": _lag(collected, rows, max_lag_s),
+        "budget": _budget(collected, topology),
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
     }
     report["targets"] = _targets(report)
     return report
+
+
+def _first_voiced(collected: BenchCollector, utt: str, first_audio_s: float | None,
+                  ) -> float | None:
+    """End of speech -> the first *voiced* sample heard.
+
+    That is the first audio plus the silence its speech begins with (10 ms windows, up to
+    the first louder than VOICED_RMS).
+    """
+    chunks = collected.speech.get(utt)
+    if first_audio_s is None or not chunks:
+        return None
+    audio, rate = np.concatenate(chunks), collected.speech_rate[utt]
+    win = max(1, rate // 100)
+    n = len(audio) // win
+    if n == 0:
+        return None
+    rms = np.sqrt(np.mean(audio[:n * win].reshape(n, win) ** 2, axis=1))
+    loud = np.flatnonzero(rms > VOICED_RMS)
+    return round(first_audio_s + (loud[0] * win / rate if loud.size else len(audio) / rate), 3)
+
+
+def _lag(collected: BenchCollector, rows: list[dict], max_lag_s: float) -> dict:
+    """How far behind the speaker the listener was, and what the bounded lag did about it.
+
+    The lag of an utterance is end of its speech -> its first audio. The slope (s per
+    minute of session, with its 95 % interval) is ~0 when the pipeline keeps up.
+    """
+    pts = [(r["wall_s"], r["speech_end_to_first_audio_s"]) for r in rows
+           if r.get("wall_s") is not None and r.get("speech_end_to_first_audio_s") is not None]
+    slope = benchmetrics.slope_per_10min([t for t, _ in pts], [v for _, v in pts])
+    per_min = {k: (round(v / 10, 4) if isinstance(v, float) else v) for k, v in slope.items()
+               if k in ("slope_per_10min", "ci95_per_10min")}
+    tts = (collected.statuses.get("tts") or [None])[-1]
+    counters = tts.counters if tts else {}
+    lags = [v for _, v in pts]
+    return {
+        "max_lag_s": max_lag_s,
+        "max_s": round(max(lags), 3) if lags else None,
+        "p95_s": summarize(lags)["p95"],
+        "slope_s_per_min": per_min.get("slope_per_10min"),
+        "slope_ci95_s_per_min": per_min.get("ci95_per_10min"),
+        "slope_distinguishable_from_zero": slope["distinguishable_from_zero"],
+        "steps": {step: counters.get(f"lag_{step}", 0) for step in lag_policy.STEPS},
+        "not_spoken": sum(1 for r in rows if r.get("not_spoken")),
+        "utterances": len(rows),
+    }
+
+
+def _budget(collected: BenchCollector, topology: Topology) -> dict:
+    """Each engine's measured cost (warm-up) and the verdict: it keeps up, or not."""
+    budgets = {}
+    for actor, seen in collected.statuses.items():
+        measured = next((s.budget for s in reversed(seen) if s.budget), None)
+        if measured:
+            budgets[actor] = measured
+    ok, lines = cpu_budget.verdict(topology, budgets)
+    return {"engines": budgets, "keeps_up": ok if lines else None, "verdict": lines}
 
 
 def _pipeline_s(trace, stages: dict) -> float | None:
@@ -482,7 +553,9 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
     placed, duration_s = build_session(items, pause_s, soak_minutes, session_path)
     print(f"voxweft bench: {len(items)} file(s), session {duration_s:.1f} s"
           f"{' (soak)' if soak_minutes else ''} -> {session_path}", flush=True)
-    topology = file_topology(base, session_path.resolve(), out.resolve(), src, tgt, fast)
+    # In real time the bench is a live talk: the bounded lag applies (not with --fast).
+    topology = file_topology(base, session_path.resolve(), out.resolve(), src, tgt, fast,
+                             live=not fast)
     collected = BenchCollector()
     limit_s = (duration_s / (50 if fast else 1)) + 300 + 10 * len(placed)
     code, reason = run_supervised(topology, collected,
@@ -513,7 +586,7 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
                    "src_lang": src, "tgt_lang": tgt, "fast": fast, "pause_s": pause_s,
                    "soak_minutes": soak_minutes, "session_s": round(duration_s, 2),
                    "engines": _engines(topology)},
-        **analyse(collected, placed, duration_s, floor, bus, fast, soak_minutes),
+        **analyse(collected, placed, duration_s, floor, bus, fast, soak_minutes, topology),
     }
     write(report, out)
     return report

@@ -23,7 +23,8 @@ COST_TOLERANCE = 0.10
 #: compare(): the marker appended to a regressed line.
 REGRESSION = "<-- REGRESSION"
 
-_HEADLINES = (("speech_end_to_first_audio_s", "speech end -> first audio"),
+_HEADLINES = (("speech_end_to_first_voiced_s", "speech end -> first voiced audio"),
+              ("speech_end_to_first_audio_s", "speech end -> first audio"),
               ("segment_to_first_audio_s", "segment -> first audio"))
 
 
@@ -179,6 +180,29 @@ def markdown(report: dict) -> str:
                   "- counters: " + ("; ".join(
                       f"{a} " + ", ".join(f"{k}={v}" for k, v in _dict(c).items())
                       for a, c in drops.items()) or "none")]
+
+    lag = report.get("lag")
+    if isinstance(lag, dict):
+        bound = lag.get("max_lag_s")
+        slope = lag.get("slope_s_per_min")
+        trend = "growing" if lag.get("slope_distinguishable_from_zero") else "flat within noise"
+        steps = ", ".join(f"{k} {v}" for k, v in _dict(lag.get("steps")).items()) or "-"
+        lines += ["", "## Lag behind the speaker", "",
+                  f"- bound (max_lag_s): {_fmt(bound, 1) if bound else 'none'}; lag (speech "
+                  f"end -> first audio) max {_fmt(lag.get('max_s'), 2)} s, p95 "
+                  f"{_fmt(lag.get('p95_s'), 2)} s",
+                  f"- slope {'-' if slope is None else f'{slope:+.3f}'} ± "
+                  f"{_fmt(lag.get('slope_ci95_s_per_min'))} s per minute ({trend})",
+                  f"- degradation steps taken: {steps}; not spoken "
+                  f"{_fmt(lag.get('not_spoken'))} of {_fmt(lag.get('utterances'))} utterances"]
+
+    budget = report.get("budget")
+    if isinstance(budget, dict):
+        lines += ["", "## CPU budget (measured at warm-up)", ""]
+        lines += _table(["engine", "CPU s per s of speech", "wall s per s", "first chunk s"],
+                        [[a, _get(b, "cpu"), _get(b, "rtf"), _get(b, "first_s")]
+                         for a, b in _dict(budget.get("engines")).items()])
+        lines += [f"- {line}" for line in budget.get("verdict") or []]
 
     lf = report.get("longform")
     if isinstance(lf, dict):

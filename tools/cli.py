@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from actors import budget
 from deploy import topology as topo_mod
 from deploy.events import DOWN, describe, supervision
 from deploy.supervisor import (
@@ -72,13 +73,15 @@ def cmd_up(args) -> int:
                 print(f"  {name:<10} ready after {time.monotonic() - t0:5.1f} s", flush=True)
 
     try:
-        wait_ready(sup, topology, actors, timeout_s=args.timeout, progress=progress)
+        statuses = wait_ready(sup, topology, actors, timeout_s=args.timeout, progress=progress)
     except SupervisorError as exc:
         print(f"voxweft up: {exc}", file=sys.stderr)
         print(f"voxweft: actors are left running for inspection; stop with `voxweft down"
               f"{' --run-dir ' + str(run_dir) if args.run_dir else ''}`", file=sys.stderr)
         return 1
     print(f"voxweft: all {len(actors)} actors ready in {time.monotonic() - t0:.1f} s")
+    for line in budget.verdict(topology, {a: s.budget for a, s in statuses.items()})[1]:
+        print(f"voxweft: {line}")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
     if args.watch:
         return _watch_then_stop(topology, sup, run_dir)
@@ -139,10 +142,14 @@ def cmd_status(args) -> int:
             detail = describe(supervision(sup, info, host))
         elif st and st.counters.get("dropped_ms"):   # the one place live audio is dropped
             detail = f"dropped {st.counters['dropped_ms'] / 1000:.1f} s of live audio " + detail
+        elif st and st.counters.get("lag_skip"):   # the bounded lag's last resort
+            detail = f"{st.counters['lag_skip']} translation(s) not spoken (too late) " + detail
         if st and st.busy_s > 1:
             detail = f"busy {st.busy_s:.1f} s " + detail
         print(f"{name:<10} {info['statename']:<9} {info['pid']:>7} {uptime:>8}  {bus:<9} "
               f"{(st.engine if st else ''):<15} {detail}")
+    for line in budget.verdict(topology, {a: s.budget for a, s in watcher.latest.items()})[1]:
+        print(line)
     return 0
 
 
@@ -191,8 +198,11 @@ def cmd_bench(args) -> int:
             base = topo_mod.load(args.topology)
             out = Path(args.out or time.strftime("bench-%Y%m%d-%H%M%S"))
             command = "voxweft bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else ""
+            pause_s, soak = args.pause_s, args.soak
+            if args.continuous:   # a speaker who does not stop: short pauses, minutes long
+                pause_s, soak = bench.CONTINUOUS_PAUSE_S, args.continuous
             new = bench.bench(base, Path(args.corpus), out, args.src, args.tgt, args.fast,
-                              pause_s=args.pause_s, soak_minutes=args.soak, limit=args.limit,
+                              pause_s=pause_s, soak_minutes=soak, limit=args.limit,
                               bus_seconds=args.bus_seconds, bus_frames=args.bus_frames,
                               command=command)
             print(benchreport.markdown(new))
@@ -346,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--pause-s", type=float, default=1.0, help="silence after each file")
     sp.add_argument("--soak", type=float, metavar="MINUTES",
                     help="loop the corpus as continuous speech for this long; report trends")
+    sp.add_argument("--continuous", type=float, metavar="MINUTES",
+                    help="continuous speech: the corpus looped for this long with "
+                         "0.3 s pauses, in real time (lag slope, degradation steps)")
     sp.add_argument("--limit", type=int, help="only the first N files")
     sp.add_argument("--bus-seconds", type=float, default=10.0,
                     help="real-time bus measurement length (0 skips the bus measurement)")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import zmq
 
+from actors import budget
 from deploy.events import Board, exit_words
 from deploy.supervisor import Supervisor, SupervisorError, down_for_good, wait_ready
 from deploy.topology import Topology, parse
@@ -39,6 +40,8 @@ WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos.", b"do
 HOLDERS = ("segmenter", "asr", "mt", "tts", "player")
 #: A heartbeat this long after the end of stream was built after it (heartbeats are 2 Hz).
 AFTER_EOS_NS = 700_000_000
+#: Marks a subtitle whose translation was not spoken (the listener was too far behind).
+NOT_SPOKEN = "[not spoken] "
 #: No utterance moved for this long while some are held: the wait ends with an error.
 STALL_S = 300.0
 
@@ -57,8 +60,12 @@ def free_ports(n: int) -> list[int]:
 
 
 def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,
-                  fast: bool) -> Topology:
-    """The base topology on one local host, fed by the file, played into output.wav."""
+                  fast: bool, live: bool = False) -> Topology:
+    """The base topology on one local host, fed by the file, played into output.wav.
+
+    Not `live`: every utterance is spoken, however far behind (no max_lag_s bound). `live`
+    (the bench in real time) keeps the topology's bound, as with a microphone.
+    """
     raw = copy.deepcopy(base.raw)
     raw.setdefault("pipeline", {}).update(src_lang=src, tgt_lang=tgt)
     for line in fit_engines(raw, src, tgt):   # the user asked for languages, not engines
@@ -70,8 +77,11 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
     actors["segmenter"]["push_port"] = ports[6]
     actors["capture"].update(source="file", path=str(input_path), fast=fast)
     actors["player"].update(sink="wav", path=str(out_dir / "output.wav"))
+    pipeline = {"src_lang": src, "tgt_lang": tgt}
+    if not live:
+        pipeline["max_lag_s"] = 0
     return base.with_overrides({
-        "pipeline": {"src_lang": src, "tgt_lang": tgt},
+        "pipeline": pipeline,
         "hosts": {"_interpret": {"address": "127.0.0.1", "bind": "127.0.0.1",
                                  "events_port": ports[7]}},
         "actors": actors,
@@ -124,6 +134,8 @@ class Collector:
             if msg.event == "started":
                 self.started[msg.utt] = msg
             else:
+                if msg.reason and msg.utt not in self.ended:
+                    print(f"[{msg.utt}] not spoken: {msg.reason}", flush=True)
                 self.ended[msg.utt] = msg
         elif isinstance(msg, EndOfStream) and msg.src == "segmenter":
             self.eos = msg
@@ -163,9 +175,17 @@ class Collector:
         return sorted(seen, key=lambda u: (self.transcripts[u].media_start_s
                                            if u in self.transcripts else float("inf")))
 
+    def unspoken(self, utt: str) -> str:
+        """Why the utterance's translation was not spoken (actors.lag), else ''."""
+        ev = self.ended.get(utt)
+        return ev.reason if ev and ev.event == "skipped" else ""
+
     def write(self, out_dir: Path, fast: bool, src: str, tgt: str,
               partial: str = "") -> dict:
-        """transcript.jsonl, translation.jsonl, subtitles and latency.json."""
+        """transcript.jsonl, translation.jsonl, subtitles and latency.json.
+
+        A translation that was not spoken keeps its place in all of them, marked.
+        """
         order = self.utterances()
         with open(out_dir / "transcript.jsonl", "w", encoding="utf-8") as f:
             for utt in order:
@@ -183,17 +203,21 @@ class Collector:
                                         "tgt_lang": t.tgt_lang, "source_text": t.source_text,
                                         "text": t.text,
                                         "media_start_s": round(t.media_start_s, 3),
-                                        "media_end_s": round(t.media_end_s, 3)},
+                                        "media_end_s": round(t.media_end_s, 3),
+                                        "spoken": utt in self.started,
+                                        "not_spoken": self.unspoken(utt)},
                                        ensure_ascii=False) + "\n")
         # Both subtitle files follow the input's timeline: they subtitle the original media.
         write_subtitles(out_dir, src, [vars_of(self.transcripts[u]) for u in order
                                        if u in self.transcripts])
-        write_subtitles(out_dir, tgt, [vars_of(self.translations[u]) for u in order
-                                       if u in self.translations])
+        write_subtitles(out_dir, tgt, [
+            {**vars_of(self.translations[u]),
+             "text": (NOT_SPOKEN if self.unspoken(u) else "") + self.translations[u].text}
+            for u in order if u in self.translations])
         rows = []
         for utt in order:
             ev = self.started.get(utt) or self.ended.get(utt)
-            row = {"utt": utt, "played": utt in self.started,
+            row = {"utt": utt, "played": utt in self.started, "not_spoken": self.unspoken(utt),
                    "speech_end_ns": trace_ns(ev.trace, "speech_end") if ev else None}
             row.update(utterance_latency(ev.trace) if ev else {})
             rows.append(row)
@@ -253,8 +277,10 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     t0 = time.monotonic()
     try:
         sup.start()
-        wait_ready(sup, topology, list(topology.actors))
+        ready = wait_ready(sup, topology, list(topology.actors))
         print(f"voxweft: pipeline ready in {time.monotonic() - t0:.1f} s; {what}", flush=True)
+        for line in budget.verdict(topology, {a: s.budget for a, s in ready.items()})[1]:
+            print(f"voxweft: {line}", flush=True)
         limit = time.monotonic() + (timeout_s or 3600)
         last_check = 0.0
         while not collector.finished():

@@ -26,6 +26,7 @@ from protocol.messages import (
     Message,
     PcmMessage,
     PlaybackEvent,
+    SpeechChunk,
     Status,
     Transcript,
     Translation,
@@ -47,6 +48,9 @@ def describe(msg: Message, recv_ns: int) -> dict:
         row["audio_s"] = round(msg.duration_s, 3)
     if isinstance(msg, (VadEvent, PlaybackEvent)):
         row["event"] = msg.event
+    reason = getattr(msg, "reason", "") or getattr(msg, "skipped", "")
+    if isinstance(msg, (PlaybackEvent, SpeechChunk)) and reason:
+        row["detail"] = f"not spoken: {reason}"
     if isinstance(msg, Status):
         row.update(state=msg.state, busy_s=msg.busy_s, detail=msg.detail)
     if isinstance(msg, EndOfStream):

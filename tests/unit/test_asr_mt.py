@@ -114,3 +114,20 @@ def test_a_restarted_utterance_is_cut_to_one():
     assert _cut_restart("a b c a b c a b c a") == "a b c"
     for said in ("I said no, no, no, no.", "one two three one two three four", "Yes.", ""):
         assert _cut_restart(said) == said
+
+
+def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():
+    from actors import budget
+    from actors.asr import AUTO_CHOICES
+
+    engine = FasterWhisperEngine(model="tiny.en", compute_type="auto", threads=1)
+    assert engine.chosen == ""
+    engine.load()
+    assert set(engine.variants) == set(AUTO_CHOICES)
+    assert engine.chosen == min(engine.variants, key=engine.variants.get)
+    assert all(0 < v < 5 for v in engine.variants.values())
+    audio, text = budget.sample_speech()
+    heard = words(engine.transcribe(audio, "en"))
+    assert len(set(heard) & set(words(text))) >= 0.7 * len(set(words(text)))
+    fixed = FasterWhisperEngine(model="tiny.en", compute_type="int8")
+    assert fixed.chosen == "int8" and fixed.variants == {}

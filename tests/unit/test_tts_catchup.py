@@ -40,7 +40,7 @@ def test_tts_catches_up_with_the_player():
     assert queued > 3.0   # nothing played yet: all of "a" is queued
     # "b" arrives while all of "a" still waits to be played: full speed.
     out = run_actor(actor, [_say("b", "Nunca foi superado.")], src="mt", loaded=True)
-    assert _speed(out, "b") == 1.3 and actor.counters["catchup"] == 1
+    assert _speed(out, "b") == 1.3 and actor.counters["lag_speedup"] == 1
     # The player reports both played: no backlog, normal speed again.
     now = time.time_ns()
     events = [PlaybackEvent(utt=u, event=e, trace=((f"play.{e[:5]}", now, None),), epoch=7)

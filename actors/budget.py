@@ -1,0 +1,123 @@
+"""The CPU budget: what each engine costs on this machine, and whether the topology keeps up.
+
+At warm-up the asr, mt and tts actors run their engine on a known piece of speech and
+publish what it cost in their status heartbeat (`Status.budget`, see `measure`): CPU
+seconds and wall seconds per second of speech. CPU time, not wall time, is what the actors
+of one host share, and it barely changes when they warm up at the same time, as they do.
+
+`verdict` adds up, per host, what continuous speech costs: asr and mt per second of the
+speaker's speech, tts per second of its own speech, which is longer (Portuguese ~1.3x
+English at Kokoro's normal rate), plus a small share for the other actors, and compares it
+with the host's cores.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+#: The known speech the engines are measured on: 12 s of English (three LJ Speech lines).
+SAMPLE_WAV = Path(__file__).resolve().parent.parent / "tools" / "samples" / "demo-en.wav"
+SAMPLE_TEXT = SAMPLE_WAV.with_suffix(".txt")
+#: A typical translated sentence to synthesize, per target language (5-7 s of speech).
+SPOKEN = {
+    "pt": "Produziram os livros de blocos, que foram os antecessores imediatos do verdadeiro "
+          "livro impresso.",
+    "es": "Produjeron los libros de bloques, que fueron los predecesores inmediatos del "
+          "verdadero libro impreso.",
+    "fr": "Ils ont produit les livres xylographiques, les prédécesseurs immédiats du vrai "
+          "livre imprimé.",
+    "it": "Produssero i libri xilografici, che furono i predecessori immediati del vero libro "
+          "stampato.",
+    "de": "Sie schufen die Blockbücher, die unmittelbaren Vorgänger des wahren gedruckten "
+          "Buches.",
+    "en": "Produced the block books, which were the immediate predecessors of the true "
+          "printed book.",
+}
+#: Seconds of translated speech per second of source speech, at the normal speaking rate
+#: (measured: the LJ corpus in Portuguese with Kokoro, 1.3x). Other pairs: assumed 1.2.
+EXPANSION = {"pt": 1.3}
+DEFAULT_EXPANSION = 1.2
+#: CPU the other actors (capture, segmenter with Silero VAD, player) need, in cores
+#: (30-min soak: 170 CPU s for 1800 s).
+OTHERS_CORES = 0.1
+#: Keeping up means using at most this share of the cores (the rest absorbs bursts).
+HEADROOM = 0.9
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (espeak-ng runs as one)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def measure(run: Callable[[], Iterable[object] | None],
+            speech_s: float | Callable[[], float]) -> dict[str, float]:
+    """Run `run` once (a generator is drained) on `speech_s` seconds of speech.
+
+    `speech_s` may be a function that tells it afterwards (what a tts run made). Returns
+    cpu (CPU s per s of speech), rtf (wall s per s of speech), first_s (wall time to the
+    generator's first item, else the whole run) and cores (this machine's).
+    """
+    wall0, cpu0 = time.perf_counter(), cpu_s()
+    first = None
+    out = run()
+    for _ in out or ():
+        if first is None:
+            first = time.perf_counter() - wall0
+    wall, cpu = time.perf_counter() - wall0, cpu_s() - cpu0
+    speech_s = max(speech_s() if callable(speech_s) else speech_s, 1e-3)
+    return {"cpu": round(cpu / speech_s, 3), "rtf": round(wall / speech_s, 3),
+            "first_s": round(first if first is not None else wall, 3),
+            "cores": float(os.cpu_count() or 1)}
+
+
+def sample_speech():
+    """The sample's 16 kHz mono float32 audio and its transcript."""
+    import soundfile as sf
+
+    audio, rate = sf.read(str(SAMPLE_WAV), dtype="float32")
+    if rate != 16000:
+        raise RuntimeError(f"{SAMPLE_WAV} is {rate} Hz, expected 16000")
+    return audio, SAMPLE_TEXT.read_text(encoding="utf-8")
+
+
+def verdict(topology, budgets: dict[str, dict[str, float]]) -> tuple[bool, list[str]]:
+    """(keeps up, one line per host) from the actors' measured budgets.
+
+    `budgets`: actor -> its Status.budget. Hosts whose engines did not report are skipped.
+    """
+    ok, lines = True, []
+    expansion = EXPANSION.get(topology.tgt_lang, DEFAULT_EXPANSION)
+    max_speed = getattr(topology.actors["tts"], "catchup_max_speed", 1.0)
+    for host in topology.hosts_in_use():
+        names = [a for a in ("asr", "mt", "tts") if topology.actors[a].host == host]
+        have = {a: budgets[a] for a in names if budgets.get(a)}
+        if not names or len(have) < len(names):
+            continue
+        cores = max(b.get("cores", 1.0) for b in have.values())
+        need = {a: b["cpu"] * (expansion if a == "tts" else 1.0) for a, b in have.items()}
+        others = OTHERS_CORES * sum(1 for a in ("capture", "segmenter", "player")
+                                    if topology.actors[a].host == host)
+        total = sum(need.values()) + others
+        faster = total - (need.get("tts", 0.0) * (1 - 1 / max_speed))
+        parts = " + ".join(f"{a} {need[a]:.2f}" for a in names)
+        head = (f"budget on {host}: continuous speech needs {parts} + others {others:.1f} = "
+                f"{total:.2f} of {cores:.0f} cores")
+        if total <= HEADROOM * cores:
+            lines.append(f"{head}: keeps up")
+        elif faster <= HEADROOM * cores:
+            lines.append(f"{head}: keeps up only by speaking faster ({max_speed:g}x) when "
+                         "speech queues")
+        else:
+            ok = False
+            worst = max(need, key=need.get)
+            cfg = topology.actors[worst]
+            lines.append(
+                f"{head}: does NOT keep up with continuous speech (the bounded lag will skip "
+                f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
+                f"({cfg.engine}) is the heaviest: give it a host of its own, or a lighter "
+                f"{'voice or engine' if worst == 'tts' else 'model'}")
+    return ok, lines

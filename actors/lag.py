@@ -1,0 +1,70 @@
+"""Bounded lag: how the tts actor keeps the listener within `max_lag_s` of the speaker.
+
+The lag of an utterance is how long after its speaker stopped the listener starts to hear
+its translation: what has passed since then, plus whatever must happen before its first
+sample plays (the speech still queued at the player, or synthesizing the first chunk,
+whichever is longer). A talk that goes on faster than this machine can interpret makes the
+lag grow without end; the tts actor takes these steps, in this order, one more the further
+behind it is (see `decide`):
+
+1. speedup: the voice speaks faster, up to `catchup_max_speed` (1.3: round-trip WER 16 -> 21 %
+   with Kokoro in Portuguese; 1.5 made it 44 %). It ramps with the speech queued at the player
+   and is at full speed from half the bound on. Faster speech is also cheaper to make.
+2. long chunks: when the first audio would wait at the player anyway, the text is synthesized
+   in long chunks, which costs less per second of speech than the short first chunk.
+3. backlog engine: a faster engine (`backlog_engine`) speaks the utterance, from three
+   quarters of the bound on. None by default: the only faster engine for Portuguese here
+   (espeak-ng) is not understood (round-trip WER 108 %).
+4. skip: an utterance that would start later than the bound is not spoken. Its transcript
+   and translation are published as usual and kept in the outputs, marked "not spoken".
+
+`max_lag_s = 0` turns the bound off: file interpretation keeps every utterance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The degradation steps, in the order they are taken (counters `lag_<step>` count them).
+STEPS = ("speedup", "long_chunks", "backlog_engine", "skip")
+FULL_SPEED_AT = 0.5       # of max_lag_s: from here on the voice speaks at full catch-up speed
+BACKLOG_ENGINE_AT = 0.75  # of max_lag_s: from here on the backlog engine speaks
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one translation."""
+
+    lag_s: float              # when its first sample would be heard, after its speech ended
+    speed: float = 1.0        # speaking-rate multiplier
+    long_chunks: bool = False
+    backlog_engine: bool = False
+    skip: str = ""            # non-empty: not spoken, and why
+
+    def steps(self) -> list[str]:
+        """The degradation steps this decision takes."""
+        return [name for name, taken in zip(STEPS, (
+            self.speed > 1.0, self.long_chunks, self.backlog_engine, bool(self.skip)),
+            strict=True) if taken]
+
+
+def decide(*, since_end_s: float, queued_s: float, first_chunk_s: float, max_lag_s: float,
+           speed_for_queue: float, max_speed: float, has_backlog_engine: bool) -> Decision:
+    """The steps for one translation.
+
+    `since_end_s`: time since its speech ended; `queued_s`: speech queued at the player, not
+    yet heard; `first_chunk_s`: what synthesizing a first chunk takes (measured at warm-up);
+    `speed_for_queue`: the catch-up speed for `queued_s` (TtsConfig.speed).
+    """
+    lag = since_end_s + max(queued_s, first_chunk_s)
+    speed = speed_for_queue
+    long_chunks = queued_s > 2 * first_chunk_s
+    if max_lag_s <= 0:
+        return Decision(lag, speed, long_chunks)
+    if lag > max_lag_s:
+        return Decision(lag, skip=f"{lag:.1f} s behind the speaker, over max_lag_s "
+                                  f"{max_lag_s:g} s")
+    if lag > FULL_SPEED_AT * max_lag_s:
+        speed = max_speed
+    backlog_engine = has_backlog_engine and lag > BACKLOG_ENGINE_AT * max_lag_s
+    return Decision(lag, speed, long_chunks, backlog_engine)

@@ -1,0 +1,67 @@
+"""The CPU budget: measured cost per second of speech, and the keeps-up verdict per host."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+
+from actors import budget
+from deploy.topology import load, parse
+
+
+def test_measure_counts_cpu_and_wall_per_second_of_speech():
+    def work():
+        t = time.process_time()
+        yield 1
+        while time.process_time() - t < 0.2:   # 0.2 s of CPU
+            pass
+        yield 2
+        time.sleep(0.2)                        # and 0.2 s waiting
+
+    m = budget.measure(work, 2.0)
+    assert m["cpu"] == pytest.approx(0.1, abs=0.03)    # 0.2 CPU s / 2 s of speech
+    assert m["rtf"] == pytest.approx(0.2, abs=0.06)    # 0.4 wall s / 2 s
+    assert m["first_s"] < 0.05 and m["cores"] >= 1
+    made = []
+    m = budget.measure(lambda: (made.append(n) for n in (3, 4)), lambda: sum(made))
+    assert made == [3, 4] and m["rtf"] < 0.01          # speech told afterwards: 7 s
+
+
+def _topo(**hosts):
+    raw = copy.deepcopy(load(None).raw)
+    for actor, host in hosts.items():
+        raw["hosts"].setdefault(host, {"address": "127.0.0.2", "bind": "127.0.0.2"})
+        raw["actors"][actor]["host"] = host
+    return parse(raw)
+
+
+def test_verdict_adds_up_what_continuous_speech_needs_per_host():
+    topo = _topo()
+    cheap = {"asr": {"cpu": 0.2, "cores": 2.0}, "mt": {"cpu": 0.05, "cores": 2.0},
+             "tts": {"cpu": 0.5, "cores": 2.0}}
+    ok, lines = budget.verdict(topo, cheap)
+    # 0.2 + 0.05 + 0.5 x 1.3 (Portuguese is longer) + 3 x 0.1 = 1.2 <= 0.9 x 2 cores
+    assert ok and lines == ["budget on local: continuous speech needs asr 0.20 + mt 0.05 + "
+                            "tts 0.65 + others 0.3 = 1.20 of 2 cores: keeps up"]
+    tight = {**cheap, "tts": {"cpu": 1.0, "cores": 2.0}}   # 1.85; at 1.3x speed 1.55
+    ok, lines = budget.verdict(topo, tight)
+    assert ok and lines[0].endswith("keeps up only by speaking faster (1.3x) when speech queues")
+    slow = {**cheap, "tts": {"cpu": 2.0, "cores": 2.0}}    # 3.15; at 1.3x 2.55 > 1.8
+    ok, lines = budget.verdict(topo, slow)
+    assert not ok and "does NOT keep up" in lines[0] and "skip ~29 %" in lines[0]
+    assert "tts (kokoro) is the heaviest" in lines[0]
+    assert budget.verdict(topo, {"asr": cheap["asr"]}) == (True, [])   # not all measured
+
+
+def test_verdict_judges_each_host_on_its_own_cores():
+    topo = _topo(tts="studio", player="studio")
+    ok, lines = budget.verdict(topo, {"asr": {"cpu": 0.2, "cores": 2.0},
+                                      "mt": {"cpu": 0.05, "cores": 2.0},
+                                      "tts": {"cpu": 2.0, "cores": 8.0}})
+    assert ok and len(lines) == 2
+    assert lines[0].startswith("budget on local: continuous speech needs asr 0.20 + mt 0.05 "
+                               "+ others 0.2 = 0.45 of 2 cores")
+    assert lines[1].startswith("budget on studio: continuous speech needs tts 2.60 + others "
+                               "0.1 = 2.70 of 8 cores: keeps up")

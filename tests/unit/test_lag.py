@@ -1,0 +1,132 @@
+"""Bounded lag: the policy's steps, the tts actor taking them, and the outputs marking a skip."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+
+import numpy as np
+import pytest
+
+from actors import lag
+from actors.tts import TtsActor
+from deploy.topology import TopologyError, load, parse
+from protocol.messages import PlaybackEvent, SpeechChunk, Transcript, Translation
+from tests.unit.helpers import run_actor
+from tools.interpret import NOT_SPOKEN, Collector
+
+
+def _decide(since_end_s, queued_s=0.0, max_lag_s=6.0, backlog=False):
+    return lag.decide(since_end_s=since_end_s, queued_s=queued_s, first_chunk_s=0.5,
+                      max_lag_s=max_lag_s, speed_for_queue=1.0 if queued_s < 1 else 1.2,
+                      max_speed=1.3, has_backlog_engine=backlog)
+
+
+def test_steps_follow_the_projected_lag():
+    # lag = since the speech ended + max(queued at the player, first chunk 0.5 s)
+    d = _decide(1.0)
+    assert d.lag_s == 1.5 and d.steps() == [] and d.speed == 1.0
+    d = _decide(1.0, queued_s=1.5)          # speech queued: catch-up speed, long chunks
+    assert d.lag_s == 2.5 and d.speed == 1.2 and d.steps() == ["speedup", "long_chunks"]
+    d = _decide(2.6)                         # past half the bound (3.1 > 3): full speed
+    assert d.speed == 1.3 and d.steps() == ["speedup"]
+    d = _decide(4.2, backlog=True)           # past three quarters (4.7 > 4.5): faster engine
+    assert d.backlog_engine and d.steps() == ["speedup", "backlog_engine"]
+    d = _decide(4.2)                         # ... when there is one
+    assert not d.backlog_engine
+    d = _decide(3.0, queued_s=3.5)           # would start 6.5 s late: not spoken
+    assert d.skip and "6.5 s behind" in d.skip and d.steps() == ["skip"]
+
+
+def test_no_bound_keeps_every_utterance():
+    d = _decide(100.0, queued_s=30.0, max_lag_s=0)
+    assert not d.skip and not d.backlog_engine and d.speed == 1.2 and d.long_chunks
+
+
+def _topology(max_lag_s=6.0, **tts):
+    raw = copy.deepcopy(load(None).raw)
+    raw["pipeline"]["max_lag_s"] = max_lag_s
+    raw["actors"]["tts"].update(engine="espeak", settings={}, **tts)   # fast, same actor code
+    return parse(raw)
+
+
+def _say(utt, text, ended_s_ago):
+    end = time.time_ns() - int(ended_s_ago * 1e9)
+    return Translation(utt=utt, src_lang="en", tgt_lang="pt", source_text="-", text=text,
+                       trace=(("speech_end", end, 1.0),))
+
+
+def _last(out, utt):
+    return next(m for m in out if isinstance(m, SpeechChunk) and m.utt == utt and m.last)
+
+
+def test_tts_skips_what_would_be_heard_too_late_and_says_why():
+    topo = _topology()
+    actor = TtsActor(topo, topo.actors["tts"])
+    out = run_actor(actor, [_say("late", "Nunca foi superado.", 9.0),
+                            _say("fresh", "Nunca foi superado.", 0.3)], src="mt")
+    late, fresh = _last(out, "late"), _last(out, "fresh")
+    assert late.index == 0 and "behind the speaker" in late.skipped   # no audio, marked
+    assert fresh.index > 0 and not fresh.skipped
+    assert actor.counters["lag_skip"] == 1
+    actor.warmup()   # measures the voice's cost on this machine
+    assert actor.budget["cpu"] > 0 and actor.budget["first_s"] > 0
+    assert actor.budget["cores"] >= 1
+
+
+def test_file_interpretation_speaks_everything():
+    topo = _topology(max_lag_s=0)
+    actor = TtsActor(topo, topo.actors["tts"])
+    out = run_actor(actor, [_say("late", "Nunca foi superado.", 60.0)], src="mt")
+    assert _last(out, "late").index > 0 and not actor.counters["lag_skip"]
+
+
+def test_backlog_engine_speaks_what_is_late():
+    topo = _topology(max_lag_s=10.0, backlog_engine="espeak",
+                     backlog_settings={"rate_wpm": 300})
+    actor = TtsActor(topo, topo.actors["tts"])
+    out = run_actor(actor, [_say("late", "Nunca foi superado.", 8.0)], src="mt")
+    assert _last(out, "late").index > 0 and actor.counters["lag_backlog_engine"] == 1
+
+
+def test_topology_checks_the_bound_and_the_backlog_engine():
+    with pytest.raises(TopologyError, match="max_lag_s"):
+        _topology(max_lag_s=1.0)
+    with pytest.raises(TopologyError, match="backlog_engine = 'nope'"):
+        _topology(backlog_engine="nope")
+    with pytest.raises(TopologyError, match="backlog_settings"):
+        _topology(backlog_engine="espeak", backlog_settings={"rate_wpm": 5})
+    assert load(None).max_lag_s == 6.0
+
+
+def test_player_says_why_an_utterance_was_not_spoken(tmp_path):
+    from tests.unit.test_actors import player
+
+    p = player(tmp_path)
+    last = SpeechChunk(utt="u", index=0, last=True, sample_rate=24000,
+                       pcm=np.zeros(0, np.float32), skipped="9.5 s behind the speaker")
+    out = run_actor(p, [last], src="tts", ticks=2)
+    p.close()
+    ev = [m for m in out if isinstance(m, PlaybackEvent)]
+    assert [(e.event, e.reason) for e in ev] == [("skipped", "9.5 s behind the speaker")]
+
+
+def test_outputs_keep_what_was_not_spoken_marked(tmp_path):
+    c = Collector()
+    for utt, start in (("a", 0.0), ("b", 3.0)):
+        c.add(Transcript(utt=utt, src_lang="en", text=f"text {utt}", media_start_s=start,
+                         media_end_s=start + 2))
+        c.add(Translation(utt=utt, src_lang="en", tgt_lang="pt", text=f"texto {utt}",
+                          media_start_s=start, media_end_s=start + 2))
+    c.add(PlaybackEvent(utt="a", event="started"))
+    c.add(PlaybackEvent(utt="a", event="finished"))
+    c.add(PlaybackEvent(utt="b", event="skipped", reason="7.0 s behind the speaker"))
+    c.write(tmp_path, False, "en", "pt")
+    rows = [json.loads(line) for line in (tmp_path / "translation.jsonl").read_text()
+            .splitlines()]
+    assert [(r["text"], r["spoken"], r["not_spoken"]) for r in rows] == [
+        ("texto a", True, ""), ("texto b", False, "7.0 s behind the speaker")]
+    srt = (tmp_path / "subtitles.pt.srt").read_text(encoding="utf-8")
+    assert "texto a" in srt and f"{NOT_SPOKEN}texto b" in srt
+    assert "texto" not in (tmp_path / "subtitles.en.srt").read_text(encoding="utf-8")
