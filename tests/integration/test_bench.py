@@ -66,6 +66,25 @@ def test_every_utterance_is_measured_and_adds_up(report):
     head = r["latency"]["speech_end_to_first_audio_s"]
     assert head["n"] == 2 and head["p50"] <= head["p95"] <= head["max"]
     assert head["max"] == max(row["speech_end_to_first_audio_s"] for row in rows)
+    for row in rows:   # the first voiced sample comes at or after the first sample
+        assert row["speech_end_to_first_audio_s"] <= row["speech_end_to_first_voiced_s"] \
+            < row["speech_end_to_first_audio_s"] + 0.5
+    assert r["latency"]["speech_end_to_first_voiced_s"]["n"] == 2
+
+
+def test_lag_and_budget(report):
+    _out, r = report
+    lag = r["lag"]
+    # --fast interprets a file: no bound, nothing skipped; the steps are all counted
+    assert lag["max_lag_s"] == 0 and lag["not_spoken"] == 0 and lag["utterances"] == 2
+    assert set(lag["steps"]) == {"speedup", "long_chunks", "backlog_engine", "skip"}
+    assert lag["steps"]["skip"] == 0 and lag["max_s"] >= lag["p95_s"] > 0
+    budget = r["budget"]
+    assert set(budget["engines"]) == {"asr", "mt", "tts"}
+    for actor, b in budget["engines"].items():
+        assert b["cpu"] > 0 and b["rtf"] > 0 and b["cores"] >= 1, actor
+    assert budget["keeps_up"] in (True, False) and len(budget["verdict"]) == 1
+    assert budget["verdict"][0].startswith("budget on _interpret: continuous speech needs asr")
 
 
 def test_floor_quality_resources_and_bus(report):
