@@ -177,7 +177,7 @@ class Runtime:
         self.resync = Resync(actor.name, self.epoch)
         self.links: collections.Counter[str] = collections.Counter()   # see Status.links
         self.endpoint_peer: dict[str, str] = {}
-        self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""))
+        self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""), actor.name)
         self.ctx = zmq.Context()
 
     # -- threads --------------------------------------------------------------------------
@@ -295,8 +295,13 @@ class Runtime:
     def _emit(self, outputs: Iterable[Message] | None) -> None:
         # Each output goes out as soon as it is produced: streamed TTS chunks must not wait
         # for the end of the utterance. Nothing is held while the generator runs.
+        slower = self.fault[1] if self.fault and self.fault[0] == "slower" else 1
+        made = time.monotonic()
         for out in outputs or ():
+            if slower > 1:   # a machine `slower` times slower: each output takes that long
+                time.sleep((slower - 1) * (time.monotonic() - made))
             self.send(out)
+            made = time.monotonic()
 
     # -- receiving ------------------------------------------------------------------------
     def _note(self, msg: Message) -> None:
@@ -563,12 +568,21 @@ def resources() -> dict[str, int]:
     return out
 
 
-def _parse_fault(spec: str) -> tuple[str, int] | None:
-    """VOXWEFT_FAULT: 'crash_after:N' (exit 3 after N inputs), 'fail_load', 'flaky_load:N'."""
+def _parse_fault(spec: str, actor: str = "") -> tuple[str, int] | None:
+    """The VOXWEFT_FAULT a test injects into this actor, or None.
+
+    'crash_after:N' (exit 3 after N inputs), 'fail_load', 'flaky_load:N' (the first N load
+    attempts fail), 'slower:N' (every output takes N times as long to make, as on a machine
+    N times slower). 'ACTOR/...' applies it to that actor only.
+    """
     if not spec:
         return None
+    if "/" in spec:
+        only, _, spec = spec.partition("/")
+        if only != actor:
+            return None
     name, _, arg = spec.partition(":")
-    if name not in ("crash_after", "fail_load", "flaky_load"):
+    if name not in ("crash_after", "fail_load", "flaky_load", "slower"):
         log.warning("ignoring unknown VOXWEFT_FAULT %r", spec)
         return None
     return name, int(arg or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 
 import numpy as np
@@ -21,6 +22,8 @@ from protocol.messages import (
 
 #: An utterance the player never reports finished is forgotten this long after it was sent.
 FORGET_AFTER_S = 60.0
+#: The bounded lag expects a first chunk to take as long as the longest of this many last.
+FIRST_CHUNKS = 5
 
 
 class TtsActor(Actor):
@@ -40,6 +43,9 @@ class TtsActor(Actor):
         self.queued: dict[str, list] = {}
         self.playing: dict[str, int] = {}
         self.player_epoch = 0
+        # How long the first chunk took lately (s): the warm-up's figure until speech comes;
+        # the bounded lag needs what it takes now, on a machine that may be busier.
+        self.first_chunks: collections.deque[float] = collections.deque(maxlen=FIRST_CHUNKS)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """MT's translations; the player's playback events (how much speech is queued)."""
@@ -67,6 +73,12 @@ class TtsActor(Actor):
         else:
             self.queued.pop(msg.utt, None)
             self.playing.pop(msg.utt, None)
+
+    def first_chunk_s(self) -> float:
+        """What making a first chunk takes now: the longest of the last few, else warm-up's."""
+        if self.first_chunks:
+            return max(self.first_chunks)
+        return self.budget.get("first_s", 0.5)
 
     def load(self) -> None:
         """Build the voice model (and the backlog engine's)."""
@@ -99,7 +111,7 @@ class TtsActor(Actor):
         queued = self.backlog_s(start)
         plan = lag.decide(
             since_end_s=max(0.0, (start - speech_end) / 1e9) if speech_end else 0.0,
-            queued_s=queued, first_chunk_s=self.budget.get("first_s", 0.5),
+            queued_s=queued, first_chunk_s=self.first_chunk_s(),
             max_lag_s=self.topology.max_lag_s, speed_for_queue=self.config.speed(queued),
             max_speed=self.config.catchup_max_speed,
             has_backlog_engine=self.backlog_engine is not None)
@@ -123,6 +135,8 @@ class TtsActor(Actor):
                                   sample_rate=engine.sample_rate,
                                   pcm=np.asarray(pcm, np.float32), speed=plan.speed,
                                   trace=trace)
+                if index == 0:   # it is out: what it took, sending included
+                    self.first_chunks.append((now_ns() - start) / 1e9)
                 index += 1
         trace = traced(trace, "tts.end")
         if samples:

@@ -177,7 +177,7 @@ def cmd_interpret(args) -> int:
 
     base = topo_mod.load(args.topology)
     return interpret(base, Path(args.input), Path(args.out), args.src, args.tgt, args.fast,
-                     timeout_s=args.timeout)
+                     timeout_s=args.timeout, live=args.live)
 
 
 def cmd_bench(args) -> int:
@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--src", default="en")
     sp.add_argument("--tgt", default="pt")
     sp.add_argument("--fast", action="store_true", help="do not pace the file in real time")
+    sp.add_argument("--live", action="store_true",
+                    help="as from a microphone: translations later than the topology's "
+                         "max_lag_s are not spoken (default: every utterance is spoken)")
     sp.add_argument("--timeout", type=float, default=3600)
     sp.set_defaults(fn=cmd_interpret)
 

@@ -335,8 +335,16 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
 
 
 def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,
-              fast: bool, timeout_s: float | None = None) -> int:
-    """Run the pipeline on one file; return the exit code."""
+              fast: bool, timeout_s: float | None = None, live: bool = False) -> int:
+    """Run the pipeline on one file; return the exit code.
+
+    `live`: as if the file were a microphone, the topology's bound on the lag applies
+    (translations too late are not spoken); otherwise every utterance is spoken.
+    """
+    if live and fast:
+        print("voxweft interpret: --live plays the file in real time; drop --fast",
+              file=sys.stderr)
+        return 2
     if not input_path.is_file():
         print(f"voxweft interpret: input {input_path} not found", file=sys.stderr)
         return 2
@@ -352,11 +360,13 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
         print(f"voxweft interpret: {input_path} holds no audio", file=sys.stderr)
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
-    topology = file_topology(base, input_path.resolve(), out_dir.resolve(), src, tgt, fast)
+    topology = file_topology(base, input_path.resolve(), out_dir.resolve(), src, tgt, fast,
+                             live=live)
     collected = Collector()
+    mode = ", fast" if fast else f", live: max_lag_s {topology.max_lag_s:g}" if live else ""
     code, reason = run_supervised(
         topology, collected, WATCHED, out_dir, timeout_s,
-        f"interpreting {input_path.name} ({src} -> {tgt}{', fast' if fast else ''})")
+        f"interpreting {input_path.name} ({src} -> {tgt}{mode})")
     report = collected.write(out_dir, fast, src, tgt, partial=reason if code else "")
     if code:
         print(f"voxweft interpret: {'stopped' if code >= 128 else 'failed'}: {reason}; "
@@ -367,6 +377,9 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
         print(f"voxweft: no speech found in the input; outputs in {out_dir}", flush=True)
         return 0
     lat = report["summary"]["speech_end_to_first_audio_s"]
-    print(f"voxweft: {len(collected.utterances())} utterance(s); end of speech -> first audio "
-          f"p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}", flush=True)
+    unspoken = sum(1 for u in collected.utterances() if collected.unspoken(u))
+    print(f"voxweft: {len(collected.utterances())} utterance(s)"
+          f"{f' ({unspoken} not spoken: too late)' if unspoken else ''}; end of speech -> "
+          f"first audio p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}",
+          flush=True)
     return 0

@@ -18,7 +18,7 @@ from deploy.events import Board
 from deploy.topology import Topology
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
-from protocol.messages import Status, Supervision, Transcript, Translation
+from protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
 
 
 def side_by_side(source: str, target: str, width: int) -> str:
@@ -41,6 +41,10 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
     sub.setsockopt(zmq.SUBSCRIBE, b"status.capture")
     sub.connect(topology.pub_connect("capture"))
     dropped_ms = None
+    # Translations not spoken because the listener was too far behind (actors.lag).
+    sub.setsockopt(zmq.SUBSCRIBE, b"playback.")
+    sub.connect(topology.pub_connect("player"))
+    said: dict[str, str] = {}
     # Which actor is down and why, from every host's supervisord (deploy.events).
     sub.setsockopt(zmq.SUBSCRIBE, b"supervision.")
     for host in topology.hosts_in_use():
@@ -73,8 +77,16 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                         print(f"voxweft: {line}", file=out, flush=True)
                 elif isinstance(msg, Transcript) and msg.final:
                     sources[msg.utt] = msg
+                elif isinstance(msg, PlaybackEvent):
+                    if msg.event == "skipped" and msg.reason:
+                        print(f"voxweft: not spoken ({msg.reason}): "
+                              f"{said.get(msg.utt, msg.utt)}", file=out, flush=True)
+                    said.pop(msg.utt, None)
                 elif isinstance(msg, Translation):
                     sources.pop(msg.utt, None)
+                    said[msg.utt] = msg.text
+                    while len(said) > 256:   # a player that is down says nothing
+                        said.pop(next(iter(said)))
                     print(side_by_side(msg.source_text, msg.text, width), file=out, flush=True)
                     rolling.write(json.dumps({
                         "utt": msg.utt, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),

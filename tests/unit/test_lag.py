@@ -70,6 +70,8 @@ def test_tts_skips_what_would_be_heard_too_late_and_says_why():
     assert late.index == 0 and "behind the speaker" in late.skipped   # no audio, marked
     assert fresh.index > 0 and not fresh.skipped
     assert actor.counters["lag_skip"] == 1
+    # the first chunk's time now comes from what speaking took, not from the warm-up
+    assert list(actor.first_chunks) == [actor.first_chunk_s()] and actor.first_chunk_s() > 0
     actor.warmup()   # measures the voice's cost on this machine
     assert actor.budget["cpu"] > 0 and actor.budget["first_s"] > 0
     assert actor.budget["cores"] >= 1
