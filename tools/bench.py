@@ -517,6 +517,9 @@ def _targets(report: dict) -> list[dict]:
         return {"name": name, "target": target, "goal": goal, "value": value, "met": met}
 
     out = [
+        # The honest headline: the first sample the listener can hear as speech.
+        row("end of speech -> first voiced audio p50 (s)", 1.5, 1.0,
+            (report["latency"].get("speech_end_to_first_voiced_s") or {}).get("p50")),
         row("end of speech -> first audio p50 (s)", 1.5, 1.0,
             report["latency"]["speech_end_to_first_audio_s"]["p50"]),
         row("pipeline / in-process floor (p50)", 1.10, 1.03, report["floor"]["ratio_p50"]),
@@ -525,6 +528,10 @@ def _targets(report: dict) -> list[dict]:
         rt = ((report.get("bus") or {}).get(transport) or {}).get("realtime") or {}
         out.append(row(f"bus hop p99 at real-time rate, {transport} (ms)", 1.0, None,
                        rt.get("p99_ms")))
+    lag = report.get("lag") or {}
+    if lag.get("max_lag_s"):
+        out.append(row("max lag (s), within the bound", lag["max_lag_s"], None,
+                       lag.get("max_s")))
     soak = report.get("soak")
     if soak:
         slope = soak["latency_slope"]

@@ -31,7 +31,7 @@ def report(tmp_path_factory):
                           "--fast", "--bus-seconds", "1", "--bus-frames", "1000"],
                          cwd=ROOT, capture_output=True, text=True, timeout=380)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "| end of speech -> first audio p50 (s) |" in run.stdout   # the Markdown table
+    assert "| end of speech -> first voiced audio p50 (s) |" in run.stdout   # Markdown table
     return out, json.loads((out / "report.json").read_text())
 
 

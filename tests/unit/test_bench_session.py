@@ -130,10 +130,42 @@ def test_soak_series_trends_and_queue_depth():
     from tools.bench import _targets
 
     targets = {t["name"]: t for t in _targets({
-        "latency": {"speech_end_to_first_audio_s": {"p50": 1.2}},
-        "floor": {"ratio_p50": 1.2}, "bus": None, "soak": soak})}
+        "latency": {"speech_end_to_first_audio_s": {"p50": 1.2},
+                    "speech_end_to_first_voiced_s": {"p50": 1.6}},
+        "floor": {"ratio_p50": 1.2}, "bus": None, "soak": soak,
+        "lag": {"max_lag_s": 6.0, "max_s": 6.4}})}
     assert targets["end of speech -> first audio p50 (s)"]["met"] is True
+    assert targets["end of speech -> first voiced audio p50 (s)"]["met"] is False
+    assert targets["max lag (s), within the bound"]["met"] is False
     assert targets["pipeline / in-process floor (p50)"]["met"] is False
     assert targets["soak: latency slope (s per 10 min)"]["met"] is False   # +1 s per 10 min
     growth = targets["soak: largest RSS growth over the second half (MB)"]
     assert growth["value"] == "player +2.50" and growth["met"] is False   # 2.5 MB > 1 % of 75
+
+
+def test_first_voiced_sample_and_lag_figures():
+    import numpy as np
+
+    from protocol.messages import Status
+    from tools.bench import BenchCollector, _first_voiced, _lag
+
+    collected = BenchCollector()
+    rate = 24000
+    # 0.25 s of near-silence (below the voiced level), then speech, over two chunks
+    collected.speech["u"] = [np.full(int(0.2 * rate), 0.001, np.float32),
+                             np.concatenate([np.zeros(int(0.05 * rate), np.float32),
+                                             np.full(rate, 0.3, np.float32)])]
+    collected.speech_rate["u"] = rate
+    assert _first_voiced(collected, "u", 1.0) == pytest.approx(1.25, abs=0.011)
+    assert _first_voiced(collected, "u", None) is None
+    assert _first_voiced(collected, "none", 1.0) is None
+    # lag 2, 2.5, 3 ... s at one utterance a minute: +0.5 s per minute
+    rows = [{"wall_s": 60.0 * k, "speech_end_to_first_audio_s": 2.0 + 0.5 * k,
+             "not_spoken": ""} for k in range(6)]
+    rows.append({"wall_s": 400.0, "speech_end_to_first_audio_s": None,
+                 "not_spoken": "8.0 s behind the speaker"})
+    collected.statuses["tts"] = [Status(src="tts", counters={"lag_speedup": 4, "lag_skip": 1})]
+    lag = _lag(collected, rows, 6.0)
+    assert lag["slope_s_per_min"] == pytest.approx(0.5) and lag["slope_distinguishable_from_zero"]
+    assert lag["max_s"] == 4.5 and lag["not_spoken"] == 1 and lag["utterances"] == 7
+    assert lag["steps"] == {"speedup": 4, "long_chunks": 0, "backlog_engine": 0, "skip": 1}

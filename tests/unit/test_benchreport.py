@@ -54,6 +54,13 @@ def sample_report():
         "longform": {"start_offset_s": 3.412, "end_offset_s": 1.205, "laal_ca_s": 2.318,
                      "source_duration_s": 8.5, "output_words": 17},
         "floor": {"pipeline_s": _s(0.873), "floor_s": _s(0.55), "ratio_p50": 1.587},
+        "lag": {"max_lag_s": 6.0, "max_s": 5.81, "p95_s": 5.2, "slope_s_per_min": -0.012,
+                "slope_ci95_s_per_min": 0.27, "slope_distinguishable_from_zero": False,
+                "steps": {"speedup": 40, "long_chunks": 12, "backlog_engine": 0, "skip": 2},
+                "not_spoken": 2, "utterances": 65},
+        "budget": {"engines": {"asr": {"cpu": 0.061, "rtf": 0.036, "first_s": 0.43,
+                                       "cores": 2.0}},
+                   "keeps_up": True, "verdict": ["budget on local: ... keeps up"]},
         "bus": {"ipc": {"realtime": _bus(0.11, 0.42), "flood": _bus(0.9, 3.1)},
                 "tcp": {"realtime": _bus(0.16, 0.57), "flood": _bus(1.4, 4.4)}},
         "quality": {"asr": {"wer": 0.0714, "substitutions": 1, "deletions": 0, "insertions": 0,
@@ -102,9 +109,14 @@ def test_markdown_full_report_has_key_figures():
                    "| tcp | flood |", "4.400", "WER 0.0714", "BLEU 41.27", "chrF 63.50",
                    "round trip WER 0.2500", "## Resources", "612.4", "StartOffset 3.412 s",
                    "LAAL_CA 2.318 s", "## Soak (30 min)", "flat within noise", "drifting",
-                   "player late=2", "max 3"):
+                   "player late=2", "max 3", "## Lag behind the speaker",
+                   "bound (max_lag_s): 6.0; lag (speech end -> first audio) max 5.81 s",
+                   "slope -0.012 ± 0.270 s per minute (flat within noise)",
+                   "speedup 40, long_chunks 12, backlog_engine 0, skip 2; not spoken 2 of 65",
+                   "## CPU budget", "| asr | 0.061 | 0.036 | 0.430 |",
+                   "- budget on local: ... keeps up"):
         assert needle in md, needle
-    assert md.count("\n") < 80          # compact
+    assert md.count("\n") < 95          # compact
 
 
 def test_markdown_tolerates_missing_sections():
