@@ -190,6 +190,18 @@ class FasterWhisperEngine(AsrEngine):
             condition_on_previous_text=False, without_timestamps=True)
         return " ".join(s.text.strip() for s in segments).strip()
 
+    def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]]:
+        """(word, start s, end s) of each word in `pcm`.
+
+        Whisper's cross-attention alignment over its full window: for measurements such as
+        the bench's per-word lag, not on the live path.
+        """
+        segments, _info = self.model.transcribe(
+            pcm, language=lang, beam_size=1, vad_filter=False, word_timestamps=True,
+            condition_on_previous_text=False)
+        return [(w.word.strip(), round(w.start, 3), round(w.end, 3))
+                for s in segments for w in (s.words or ())]
+
     def _decode_window(self, pcm: np.ndarray, lang: str, window_s: int,
                        duration_s: float = 30.0) -> str:
         import ctranslate2

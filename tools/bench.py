@@ -364,6 +364,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         # What was lost, refused or dropped, per actor (live audio: capture's dropped_ms).
         "drops": _drops(collected.statuses),
         "lag": _lag(collected, rows, max_lag_s),
+        "asr_word_lag": _word_lag(collected, floor_rows, None if fast else t0_ns),
         "budget": _budget(collected, topology),
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
     }
@@ -416,6 +417,28 @@ def _lag(collected: BenchCollector, rows: list[dict], max_lag_s: float) -> dict:
         "not_spoken": sum(1 for r in rows if r.get("not_spoken")),
         "utterances": len(rows),
     }
+
+
+def _word_lag(collected: BenchCollector, floor_rows: dict, t0_ns: int | None) -> dict:
+    """Per-word ASR lag: when each word's transcript was published, after the word was spoken.
+
+    A word was spoken at the end of its word timestamp (the floor aligns each segment the
+    floor ran, the first FLOOR_MAX); its transcript was published at the utterance's
+    `asr.end`. Comparable with streaming ASR projects' per-word latency.
+    """
+    lags = []
+    for utt, row in floor_rows.items():
+        t = collected.transcripts.get(utt)
+        published = trace_ns(t.trace, "asr.end") if t else None
+        if published is None or t0_ns is None:
+            continue
+        for _word, _start, end in row.get("words") or ():
+            spoken = t0_ns + (t.media_start_s + end) * 1e9
+            lags.append((published - spoken) / 1e9)
+    if not lags:
+        return {"words": 0, "mean_s": None, "p50_s": None, "max_s": None}
+    return {"words": len(lags), "mean_s": round(float(np.mean(lags)), 3),
+            "p50_s": summarize(lags)["p50"], "max_s": round(max(lags), 3)}
 
 
 def _budget(collected: BenchCollector, topology: Topology) -> dict:
@@ -528,6 +551,8 @@ def _targets(report: dict) -> list[dict]:
         rt = ((report.get("bus") or {}).get(transport) or {}).get("realtime") or {}
         out.append(row(f"bus hop p99 at real-time rate, {transport} (ms)", 1.0, None,
                        rt.get("p99_ms")))
+    words = report.get("asr_word_lag") or {}
+    out.append(row("per-word ASR lag mean (s)", 2.0, None, words.get("mean_s")))
     lag = report.get("lag") or {}
     if lag.get("max_lag_s"):
         out.append(row("max lag (s), within the bound", lag["max_lag_s"], None,

@@ -7,7 +7,8 @@ topology (same engine, settings, warm-up), then each segment the pipeline transc
 through ASR -> MT -> TTS's first chunk, timed with a monotonic clock. The rest of each TTS
 stream is drained untimed, as the pipeline's TTS would.
 
-The same process then transcribes each spoken translation back (the round trip), with the
+Each segment's words are also aligned (word timestamps) for the per-word ASR lag. The same
+process then transcribes each spoken translation back (the round trip), with the
 ASR engine in the target language, when that engine knows the language.
 """
 
@@ -62,6 +63,9 @@ def run(job_path: Path, out_path: Path) -> dict:
             "tts_first_chunk": None if t_first is None else round(t_first - t_tts, 4),
             "total": None if t_first is None else round(t_first - t_asr, 4),
             "text": text, "translation": translation}
+        # When each word was spoken, within the segment (untimed: the per-word ASR lag).
+        if hasattr(asr, "word_times"):
+            result["floor"][utt]["words"] = asr.word_times(pcm, src)
     if tgt not in asr.languages():
         result["round_trip_skipped"] = (f"the ASR engine ({topology.actors['asr'].engine}) "
                                         f"cannot transcribe {tgt!r}")

@@ -196,6 +196,13 @@ def markdown(report: dict) -> str:
                   f"- degradation steps taken: {steps}; not spoken "
                   f"{_fmt(lag.get('not_spoken'))} of {_fmt(lag.get('utterances'))} utterances"]
 
+    words = report.get("asr_word_lag")
+    if isinstance(words, dict) and words.get("words"):
+        lines += ["", f"Per-word ASR lag (word spoken -> its transcript published, "
+                      f"{_fmt(words.get('words'))} words): mean {_fmt(words.get('mean_s'), 2)} "
+                      f"s, p50 {_fmt(words.get('p50_s'), 2)} s, max {_fmt(words.get('max_s'), 2)}"
+                      " s"]
+
     budget = report.get("budget")
     if isinstance(budget, dict):
         lines += ["", "## CPU budget (measured at warm-up)", ""]

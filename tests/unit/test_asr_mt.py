@@ -129,5 +129,9 @@ def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():
     audio, text = budget.sample_speech()
     heard = words(engine.transcribe(audio, "en"))
     assert len(set(heard) & set(words(text))) >= 0.7 * len(set(words(text)))
+    aligned = engine.word_times(audio, "en")   # the bench's per-word lag
+    assert len(aligned) >= 0.7 * len(words(text))
+    ends = [end for _w, _start, end in aligned]
+    assert ends == sorted(ends) and 0 < ends[0] and ends[-1] <= len(audio) / 16000 + 0.1
     fixed = FasterWhisperEngine(model="tiny.en", compute_type="int8")
     assert fixed.chosen == "int8" and fixed.variants == {}

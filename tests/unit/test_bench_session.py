@@ -169,3 +169,20 @@ def test_first_voiced_sample_and_lag_figures():
     assert lag["slope_s_per_min"] == pytest.approx(0.5) and lag["slope_distinguishable_from_zero"]
     assert lag["max_s"] == 4.5 and lag["not_spoken"] == 1 and lag["utterances"] == 7
     assert lag["steps"] == {"speedup": 4, "long_chunks": 0, "backlog_engine": 0, "skip": 1}
+
+
+def test_per_word_asr_lag():
+    from protocol.messages import Transcript
+    from tools.bench import BenchCollector, _word_lag
+
+    collected = BenchCollector()
+    t0 = 1000 * S
+    # utterance from 2.0 s of the session; its transcript was published at 5.5 s
+    collected.transcripts["u"] = Transcript(utt="u", media_start_s=2.0, media_end_s=4.0,
+                                            trace=(("asr.end", t0 + int(5.5 * S), None),))
+    floor_rows = {"u": {"words": [["one", 0.1, 0.5], ["two", 0.6, 1.5]]},
+                  "gone": {"words": [["x", 0.0, 0.2]]}}   # no transcript: not counted
+    lag = _word_lag(collected, floor_rows, t0)
+    # words end at 2.5 s and 3.5 s: published 3.0 s and 2.0 s later
+    assert lag == {"words": 2, "mean_s": 2.5, "p50_s": 2.5, "max_s": 3.0}
+    assert _word_lag(collected, floor_rows, None)["words"] == 0   # --fast: no real time
