@@ -1,8 +1,8 @@
 """Turn a dynamically quantized (int8/uint8) ONNX model back into a float32 one, in memory.
 
-Kokoro's int8 model is fast on CPUs with VNNI but about half as fast as float32 on CPUs without
-it; ``dequantize`` builds the float32 variant at load time (nothing is written or downloaded) so
-the engine can time both and keep the faster. Only ``onnx`` and ``numpy`` are used.
+Kokoro's int8 model was reported ~2x slower on CPUs without VNNI; ``dequantize`` builds the
+float32 variant at load time (nothing written or downloaded) so the engine can time both and
+keep the faster. Uses only ``onnx`` and ``numpy``.
 
 Every weight is dequantized as ``(w - zero_point) * scale`` (per-tensor or per-channel, as the
 graph says) into a float32 initializer, and these patterns (those of onnxruntime's
@@ -18,11 +18,12 @@ graph says) into a float32 initializer, and these patterns (those of onnxruntime
 * ``DynamicQuantizeLSTM`` (com.microsoft; weights stored transposed, [dirs, in, 4*hidden])
   becomes a standard ``LSTM``.
 
-Nodes and initializers left unused (the quantizing subgraphs) are then removed and the result is
-checked with ``onnx.checker``. Anything else, and any match whose pieces are not as expected
-(a scale or zero point that is not a constant, a shape that does not broadcast as described),
-is left as it is: the model still runs, only that part stays quantized. Other operators,
-including com.microsoft ones such as FastGelu, are kept unchanged.
+Nodes, initializers and value_info left unused are then removed and the result is checked with
+``onnx.checker``. Not converted, left as they are (the model still runs, that part stays
+quantized): any other quantized op (QLinear*, MatMulIntegerToFloat, DynamicQuantizeMatMul,
+QAttention, ...), and any match whose pieces are not as expected (scale or zero point not an
+initializer, per-axis Gather tables, blocked DequantizeLinear, scale shapes that do not
+broadcast as described). Ops inside subgraphs (If/Loop bodies) are not visited.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ __all__ = ["dequantize"]
 
 
 def dequantize(model_bytes: bytes) -> bytes:
-    """Return the serialized float32 equivalent of the serialized quantized model ``model_bytes``."""
+    """Return the float32 equivalent of the quantized model ``model_bytes`` (both serialized)."""
     model = onnx.load_from_string(model_bytes)
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
@@ -50,19 +51,17 @@ def dequantize(model_bytes: bytes) -> bytes:
         return node if node is not None and node.op_type == op else None
 
     def float_weight(w: str, zp: str, scale: str, shape_s, post=None) -> str | None:
-        """Name of a float32 initializer (w - zp) * scale; shape_s(size, w) gives the scale shape."""
+        """Name of a float32 initializer (w - zp) * scale; shape_s(size, w): the scale's shape."""
         key = (w, zp, scale)
         if key not in made:
             q, z, s = const(w), const(zp) if zp else np.zeros(1, np.int8), const(scale)
-            if q is None or z is None or s is None or q.dtype not in (np.int8, np.uint8):
+            if q is None or z is None or s is None or q.dtype not in (np.int8, np.uint8) or \
+                    shape_s(s.size, q) is None or shape_s(z.size, q) is None:
                 return None
-            shp_s, shp_z = shape_s(s.size, q), shape_s(z.size, q)
-            if shp_s is None or shp_z is None:
-                return None
-            f = (q.astype(np.float32) - z.astype(np.float32).reshape(shp_z)) * s.astype(
-                np.float32).reshape(shp_s)
+            f = (q.astype(np.float32) - z.astype(np.float32).reshape(shape_s(z.size, q))) \
+                * s.astype(np.float32).reshape(shape_s(s.size, q))
             f = post(f) if post else f
-            made[key] = name = f"{w}_dequantized_f32"
+            made[key] = name = f"{w}_dequantized_f32_{len(made)}"
             graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(f), name))
         return made[key]
 
@@ -79,8 +78,8 @@ def dequantize(model_bytes: bytes) -> bytes:
         """Float MatMul/Conv for Mul(Cast(MatMulInteger|ConvInteger[+bias]), x_scale*w_scale)."""
         for cast_out, s_name in (mul.input, mul.input[::-1]):
             cast, s_mul = src(cast_out, "Cast"), src(s_name, "Mul")
-            if cast is None or s_mul is None or helper.get_attribute_value(
-                    cast.attribute[0]) != TensorProto.FLOAT:
+            if cast is None or s_mul is None or TensorProto.FLOAT not in (
+                    a.i for a in cast.attribute if a.name == "to"):
                 continue
             add, op = src(cast.input[0], "Add"), prod.get(cast.input[0])
             bias = None
@@ -89,7 +88,8 @@ def dequantize(model_bytes: bytes) -> bytes:
                 chain = src(add.input[1], "Reshape")
                 for kind in ("Cast", "Floor", "Div"):
                     chain = chain and src(chain.input[0], kind)
-                if chain is None or chain.input[1] != s_name or const(chain.input[0]) is None:
+                b = chain and const(chain.input[0])
+                if b is None or chain.input[1] != s_name or b.ndim != 1:
                     continue
                 bias = chain.input[0]
             if op is None or op.op_type not in ("MatMulInteger", "ConvInteger") or (
@@ -104,14 +104,11 @@ def dequantize(model_bytes: bytes) -> bytes:
             zp = op.input[3] if len(op.input) > 3 else ""
             conv = op.op_type == "ConvInteger"
             w = float_weight(op.input[1], zp, others[0], axis_shape(0 if conv else -1))
-            if w is None:
-                continue
-            if not conv:
-                return helper.make_node("MatMul", [dql.input[0], w], list(mul.output), mul.name)
-            new = helper.make_node("Conv", [dql.input[0], w] + ([bias] if bias else []),
-                                   list(mul.output), mul.name)
-            new.attribute.extend(op.attribute)
-            return new
+            if w is not None:
+                new = helper.make_node("Conv" if conv else "MatMul", [dql.input[0], w] + (
+                    [bias] if bias else []), list(mul.output), mul.name)
+                new.attribute.extend(op.attribute)  # Conv: pads, strides, group, dilations...
+                return new
         return None
 
     def dequant_linear(dq: onnx.NodeProto) -> onnx.NodeProto | None:
@@ -157,19 +154,15 @@ def dequantize(model_bytes: bytes) -> bytes:
             graph.node[i].CopyFrom(new)  # same place, same outputs: order stays topological
 
     # Drop what no longer feeds an output: the quantizing subgraphs and the int8 weights.
-    needed = {o.name for o in graph.output}
-    keep = []
+    needed, keep = {o.name for o in graph.output}, []
     for node in reversed(graph.node):
         if any(o in needed for o in node.output):
             keep.append(node)
             needed.update(node.input)
-    del graph.node[:]
-    graph.node.extend(reversed(keep))
-    alive = [t for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(alive)
-    vis = [v for v in graph.value_info if v.name in needed]
-    del graph.value_info[:]
-    graph.value_info.extend(vis)
+    for field, items in ((graph.node, keep[::-1]), (graph.initializer, graph.initializer),
+                         (graph.value_info, graph.value_info)):
+        items = [x for x in items if field is graph.node or x.name in needed]
+        del field[:]
+        field.extend(items)
     onnx.checker.check_model(model)
     return model.SerializeToString()
