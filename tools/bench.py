@@ -389,7 +389,8 @@ def _first_voiced(collected: BenchCollector, utt: str, first_audio_s: float | No
         return None
     rms = np.sqrt(np.mean(audio[:n * win].reshape(n, win) ** 2, axis=1))
     loud = np.flatnonzero(rms > VOICED_RMS)
-    return round(first_audio_s + (loud[0] * win / rate if loud.size else len(audio) / rate), 3)
+    lead = int(loud[0]) * win if loud.size else len(audio)
+    return round(float(first_audio_s) + lead / rate, 3)
 
 
 def _lag(collected: BenchCollector, rows: list[dict], max_lag_s: float) -> dict:
@@ -536,7 +537,7 @@ def _quality(rows: list[dict], placed: list[Placed], floor: dict) -> dict:
 
 def _targets(report: dict) -> list[dict]:
     def row(name, target, goal, value, lower_is_better=True):
-        met = None if value is None else (value <= target if lower_is_better else value)
+        met = None if value is None else bool(value <= target if lower_is_better else value)
         return {"name": name, "target": target, "goal": goal, "value": value, "met": met}
 
     out = [
@@ -626,11 +627,18 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
 
 def write(report: dict, out: Path) -> None:
     """report.json, report.md, timeline.png and (soak) soak.png."""
-    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    # A numpy scalar that slipped into the figures must not cost the run its report.
+    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False,
+                                                default=_plain))
     (out / "report.md").write_text(benchreport.markdown(report), encoding="utf-8")
     benchreport.plot_timeline(report, out / "timeline.png")
     if report.get("soak"):
         benchreport.plot_soak(report, out / "soak.png")
+
+
+def _plain(value):
+    """JSON for a numpy scalar (or, failing that, its text)."""
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 def load_report(path: Path) -> dict:

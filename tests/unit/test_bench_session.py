@@ -157,6 +157,7 @@ def test_first_voiced_sample_and_lag_figures():
                                              np.full(rate, 0.3, np.float32)])]
     collected.speech_rate["u"] = rate
     assert _first_voiced(collected, "u", 1.0) == pytest.approx(1.25, abs=0.011)
+    assert type(_first_voiced(collected, "u", 1.0)) is float   # JSON: no numpy scalars
     assert _first_voiced(collected, "u", None) is None
     assert _first_voiced(collected, "none", 1.0) is None
     # lag 2, 2.5, 3 ... s at one utterance a minute: +0.5 s per minute
