@@ -296,14 +296,8 @@ class AsrActor(Actor):
                                self.config.src_lang)
         audio, _text = budget.sample_speech()
         lang = "en" if "en" in self.engine.languages() else self.config.src_lang
-        self.budget = budget.measure(lambda: (self.engine.transcribe(audio, lang),),
-                                     len(audio) / RATE)
-        # compute_type auto: what each candidate cost when it was chosen
-        self.budget.update({f"rtf_{k}": v for k, v in self.engine.variants.items()})
-
-    def engine_name(self) -> str:
-        """The engine and the kernels it runs (compute_type auto: the ones it chose)."""
-        return f"{self.config.engine} {self.engine.chosen}".strip()
+        self.budget = budget.with_variants(budget.measure(
+            lambda: (self.engine.transcribe(audio, lang),), len(audio) / RATE), self.engine)
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Transcribe one segment in the language the message names."""

@@ -45,6 +45,14 @@ DEFAULT_EXPANSION = 1.2
 OTHERS_CORES = 0.1
 #: Keeping up means using at most this share of the cores (the rest absorbs bursts).
 HEADROOM = 0.9
+#: What to change when a stage is the heaviest and the host does not keep up.
+ADVICE = {
+    "asr": 'threads = 1 (a third less CPU at the same speed here) or settings.model = '
+           '"tiny.en" (English)',
+    "mt": "a lighter engine",
+    "tts": 'a lighter engine (engine = "piper" for English) or settings.speed = 1.2 '
+           '(faster speech costs less to make)',
+}
 
 
 def cpu_s() -> float:
@@ -72,6 +80,14 @@ def measure(run: Callable[[], Iterable[object] | None],
     return {"cpu": round(cpu / speech_s, 3), "rtf": round(wall / speech_s, 3),
             "first_s": round(first if first is not None else wall, 3),
             "cores": float(os.cpu_count() or 1)}
+
+
+def with_variants(measured: dict[str, float], engine) -> dict[str, float]:
+    """`measured`, plus what each variant of the engine cost when it chose one at load.
+
+    Keys `rtf_<variant>`: e.g. asr compute_type auto, kokoro precision.
+    """
+    return {**measured, **{f"rtf_{k}": v for k, v in getattr(engine, "variants", {}).items()}}
 
 
 def sample_speech():
@@ -118,6 +134,5 @@ def verdict(topology, budgets: dict[str, dict[str, float]]) -> tuple[bool, list[
             lines.append(
                 f"{head}: does NOT keep up with continuous speech (the bounded lag will skip "
                 f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
-                f"({cfg.engine}) is the heaviest: give it a host of its own, or a lighter "
-                f"{'voice or engine' if worst == 'tts' else 'model'}")
+                f"({cfg.engine}) is the heaviest: {ADVICE[worst]}, or a host of its own")
     return ok, lines

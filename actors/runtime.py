@@ -117,8 +117,12 @@ class Actor:
         return False
 
     def engine_name(self) -> str:
-        """Name of the engine this actor owns, for status lines."""
-        return getattr(self.config, "engine", "")
+        """Name of the engine this actor owns, for status lines.
+
+        With the variant it chose at load when it has several ("faster-whisper int8").
+        """
+        chosen = getattr(getattr(self, "engine", None), "chosen", "")
+        return f"{getattr(self.config, 'engine', '')} {chosen}".strip()
 
     def load(self) -> None:
         """Build the model once (main thread). Raise StartupError with one clear line."""

@@ -22,7 +22,7 @@ from protocol.messages import (
 
 #: An utterance the player never reports finished is forgotten this long after it was sent.
 FORGET_AFTER_S = 60.0
-#: The bounded lag expects a first chunk to take as long as the longest of this many last.
+#: The bounded lag expects a first chunk to take as long as the median of this many last.
 FIRST_CHUNKS = 5
 
 
@@ -75,9 +75,13 @@ class TtsActor(Actor):
             self.playing.pop(msg.utt, None)
 
     def first_chunk_s(self) -> float:
-        """What making a first chunk takes now: the longest of the last few, else warm-up's."""
+        """What making a first chunk takes now: the median of the last few, else warm-up's.
+
+        (The longest of the last five overestimated the lag by ~0.6 s and skipped 11 of 65
+        utterances of a continuous talk that this machine speaks within 5.8 s.)
+        """
         if self.first_chunks:
-            return max(self.first_chunks)
+            return float(np.median(self.first_chunks))
         return self.budget.get("first_s", 0.5)
 
     def load(self) -> None:
@@ -92,10 +96,10 @@ class TtsActor(Actor):
         for _ in self.engine.synthesize("Olá." if lang == "pt" else "Hello.", lang):
             pass
         made = []
-        self.budget = budget.measure(
+        self.budget = budget.with_variants(budget.measure(
             lambda: (made.append(len(pcm)) for pcm in self.engine.synthesize(
                 budget.SPOKEN.get(lang, budget.SPOKEN["en"]), lang)),
-            lambda: sum(made) / self.engine.sample_rate)
+            lambda: sum(made) / self.engine.sample_rate), self.engine)
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Speak one translation, faster (or not at all) when the listener is behind."""

@@ -21,7 +21,7 @@ TOP_KEYS = ("pipeline", "hosts", "actors")
 PIPELINE_KEYS = ("src_lang", "tgt_lang", "max_lag_s")
 #: The live listener never hears a translation start later than this after its speech
 #: ended (actors.lag); 0: no bound (file interpretation keeps every utterance).
-DEFAULT_MAX_LAG_S = 6.0
+DEFAULT_MAX_LAG_S = 8.0
 HOST_KEYS = ("address", "bind", "events_port")
 #: Where a host's supervisord event listener publishes actor process states (deploy.events).
 DEFAULT_EVENTS_PORT = 47600

@@ -21,7 +21,7 @@ from tests.e2e.whole import build_recording
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-MAX_LAG_S = 6.0        # the default topology's bound
+MAX_LAG_S = 8.0        # the default topology's bound
 #: Beyond the bound, what the decision cannot see: synthesizing the first chunk when the
 #: machine is busier than at warm-up, and the player's jitter buffer.
 SLACK_S = 2.5
@@ -42,7 +42,7 @@ def _run(tmp_path, name: str, live: bool) -> tuple[subprocess.CompletedProcess, 
 def test_a_slow_machine_skips_what_would_be_too_late_and_keeps_it_in_the_outputs(tmp_path):
     placed = build_recording(tmp_path / "talk.wav", utterances=12, seed=3, pause_s=(0.3, 0.4))
     run, rows, latency = _run(tmp_path, "live", live=True)
-    assert "live: max_lag_s 6" in run.stdout
+    assert "live: max_lag_s 8" in run.stdout
     # Nothing lost from the text: every utterance transcribed and translated, in order.
     assert len(rows) == len(placed) and all(r["text"] for r in rows)
     skipped = [r for r in rows if not r["spoken"]]

@@ -51,7 +51,8 @@ def test_verdict_adds_up_what_continuous_speech_needs_per_host():
     slow = {**cheap, "tts": {"cpu": 2.0, "cores": 2.0}}    # 3.15; at 1.3x 2.55 > 1.8
     ok, lines = budget.verdict(topo, slow)
     assert not ok and "does NOT keep up" in lines[0] and "skip ~29 %" in lines[0]
-    assert "tts (kokoro) is the heaviest" in lines[0]
+    assert "tts (kokoro) is the heaviest: a lighter engine" in lines[0]
+    assert lines[0].endswith("or a host of its own")
     assert budget.verdict(topo, {"asr": cheap["asr"]}) == (True, [])   # not all measured
 
 

@@ -99,7 +99,7 @@ def test_topology_checks_the_bound_and_the_backlog_engine():
         _topology(backlog_engine="nope")
     with pytest.raises(TopologyError, match="backlog_settings"):
         _topology(backlog_engine="espeak", backlog_settings={"rate_wpm": 5})
-    assert load(None).max_lag_s == 6.0
+    assert load(None).max_lag_s == 8.0
 
 
 def test_player_says_why_an_utterance_was_not_spoken(tmp_path):
