@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.messages import PlaybackEvent, trace_ns
+
 #: The degradation steps, in the order they are taken (counters `lag_<step>` count them).
 STEPS = ("speedup", "long_chunks", "backlog_engine", "skip")
 FULL_SPEED_AT = 0.5       # of max_lag_s: from here on the voice speaks at full catch-up speed
@@ -68,3 +70,41 @@ def decide(*, since_end_s: float, queued_s: float, first_chunk_s: float, max_lag
         speed = max_speed
     backlog_engine = has_backlog_engine and lag > BACKLOG_ENGINE_AT * max_lag_s
     return Decision(lag, speed, long_chunks, backlog_engine)
+
+
+class Timeline:
+    """When the player will have played all the speech sent so far, as tts can tell itself.
+
+    The player plays a chunk after what it holds, or, when idle, after its jitter buffer, so
+    each chunk sent at `now` moves the end to max(end, now + jitter) + its length. The
+    player's events correct that when they come, though tts reads them only between two
+    utterances, after a translation that may have waited behind a long one (counting on the
+    events alone, a translation was judged against speech that had long been played: the
+    lag came out ~1-2 s high). The last utterance sent finished: nothing is left after its
+    end. A restarted player (new epoch) holds nothing.
+    """
+
+    def __init__(self, jitter_s: float = 0.1) -> None:
+        self.jitter_ns = int(jitter_s * 1e9)
+        self.end_ns = 0
+        self.last_utt = ""
+        self.epoch = 0
+
+    def sent(self, utt: str, seconds: float, now_ns: int) -> None:
+        """A chunk of `seconds` of speech of `utt` went to the player at `now_ns`."""
+        self.end_ns = max(self.end_ns, now_ns + self.jitter_ns) + int(seconds * 1e9)
+        self.last_utt = utt
+
+    def heard(self, event: PlaybackEvent, now_ns: int) -> None:
+        """What the player said it did."""
+        if event.epoch != self.epoch:
+            if self.epoch:   # restarted: what it held is gone (tts sends it again)
+                self.end_ns = now_ns
+            self.epoch = event.epoch
+        if event.event != "started" and event.utt == self.last_utt:
+            ended = trace_ns(event.trace, "play.end") or event.sent_ns or now_ns
+            self.end_ns = min(self.end_ns, ended)
+
+    def queued_s(self, now_ns: int) -> float:
+        """Seconds of speech sent that will still be playing after `now_ns`."""
+        return max(0.0, (self.end_ns - now_ns) / 1e9)

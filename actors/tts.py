@@ -20,8 +20,6 @@ from protocol.messages import (
     traced,
 )
 
-#: An utterance the player never reports finished is forgotten this long after it was sent.
-FORGET_AFTER_S = 60.0
 #: The bounded lag expects a first chunk to take as long as the median of this many last.
 FIRST_CHUNKS = 5
 
@@ -38,11 +36,8 @@ class TtsActor(Actor):
         # A faster engine for speech that is late (actors.lag), if the topology names one.
         self.backlog_engine = (ENGINES[config.backlog_engine](**config.backlog_settings)
                                if config.backlog_engine else None)
-        # Speech sent but not yet heard: utt -> [seconds of audio, wall ns sent]; and when
-        # the player started each (its playback events), to know how far behind we are.
-        self.queued: dict[str, list] = {}
-        self.playing: dict[str, int] = {}
-        self.player_epoch = 0
+        # When the player will have played what was sent: how far behind the listener is.
+        self.timeline = lag.Timeline(topology.actors["player"].jitter_ms / 1000 + 0.04)
         # How long the first chunk took lately (s): the warm-up's figure until speech comes;
         # the bounded lag needs what it takes now, on a machine that may be busier.
         self.first_chunks: collections.deque[float] = collections.deque(maxlen=FIRST_CHUNKS)
@@ -53,26 +48,7 @@ class TtsActor(Actor):
 
     def backlog_s(self, now: int) -> float:
         """Seconds of speech sent to the player that it has not played yet."""
-        total = 0.0
-        for utt, (seconds, sent) in list(self.queued.items()):
-            if now - sent > (seconds + FORGET_AFTER_S) * 1e9:   # the player lost it
-                del self.queued[utt]
-                self.playing.pop(utt, None)
-                continue
-            started = self.playing.get(utt)
-            total += seconds if started is None else max(0.0, seconds - (now - started) / 1e9)
-        return total
-
-    def _on_playback(self, msg: PlaybackEvent) -> None:
-        if msg.epoch != self.player_epoch:   # a restarted player dropped what it had queued
-            self.player_epoch = msg.epoch
-            self.queued.clear()
-            self.playing.clear()
-        if msg.event == "started":
-            self.playing[msg.utt] = trace_ns(msg.trace, "play.start") or msg.sent_ns
-        else:
-            self.queued.pop(msg.utt, None)
-            self.playing.pop(msg.utt, None)
+        return self.timeline.queued_s(now)
 
     def first_chunk_s(self) -> float:
         """What making a first chunk takes now: the median of the last few, else warm-up's.
@@ -104,7 +80,7 @@ class TtsActor(Actor):
     def handle(self, msg: Message) -> Iterator[Message]:
         """Speak one translation, faster (or not at all) when the listener is behind."""
         if isinstance(msg, PlaybackEvent):
-            self._on_playback(msg)
+            self.timeline.heard(msg, now_ns())
             return
         if not isinstance(msg, Translation):
             return
@@ -135,6 +111,7 @@ class TtsActor(Actor):
                 samples += len(pcm)
                 if index == 0:
                     trace = traced(trace, "tts.first")
+                self.timeline.sent(msg.utt, len(pcm) / engine.sample_rate, now_ns())
                 yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=False,
                                   sample_rate=engine.sample_rate,
                                   pcm=np.asarray(pcm, np.float32), speed=plan.speed,
@@ -143,8 +120,6 @@ class TtsActor(Actor):
                     self.first_chunks.append((now_ns() - start) / 1e9)
                 index += 1
         trace = traced(trace, "tts.end")
-        if samples:
-            self.queued[msg.utt] = [samples / engine.sample_rate, now_ns()]
         self.log.info("tts: %s %d chunk(s), %.2f s of speech at speed %.2f (queued %.1f s, "
                       "lag %.1f s%s) in %.0f ms", msg.utt, index,
                       samples / engine.sample_rate, plan.speed, queued, plan.lag_s,

@@ -132,3 +132,24 @@ def test_outputs_keep_what_was_not_spoken_marked(tmp_path):
     srt = (tmp_path / "subtitles.pt.srt").read_text(encoding="utf-8")
     assert "texto a" in srt and f"{NOT_SPOKEN}texto b" in srt
     assert "texto" not in (tmp_path / "subtitles.en.srt").read_text(encoding="utf-8")
+
+
+def test_timeline_knows_what_the_player_still_has_to_play():
+    s = 1_000_000_000
+    t = lag.Timeline(jitter_s=0.1)
+    t.sent("a", 2.0, 100 * s)                     # idle player: jitter, then 2 s
+    assert t.queued_s(100 * s) == pytest.approx(2.1)
+    t.sent("a", 1.0, int(100.5 * s))              # queued behind the first chunk
+    assert t.queued_s(101 * s) == pytest.approx(2.1)
+    t.sent("b", 1.0, int(103.5 * s))              # the player ran dry at 103.1 s
+    assert t.queued_s(int(103.5 * s)) == pytest.approx(1.1)
+    ev = dict(epoch=7, sent_ns=int(103.6 * s))
+    t.heard(PlaybackEvent(utt="a", event="finished",
+                          trace=(("play.end", int(103.1 * s), None),), **ev), int(103.6 * s))
+    assert t.queued_s(int(103.5 * s)) == pytest.approx(1.1)   # not the last one sent
+    t.heard(PlaybackEvent(utt="b", event="finished",
+                          trace=(("play.end", int(104.2 * s), None),), **ev), 105 * s)
+    assert t.queued_s(104 * s) == pytest.approx(0.2)          # it ended earlier than modelled
+    t.sent("c", 5.0, 105 * s)
+    t.heard(PlaybackEvent(utt="c", event="started", epoch=8), 106 * s)   # player restarted
+    assert t.queued_s(106 * s) == 0.0
