@@ -10,15 +10,16 @@ behind it is (see `decide`):
 1. speedup: the voice speaks faster, up to `catchup_max_speed` (1.3: round-trip WER 16 -> 21 %
    with Kokoro in Portuguese; 1.5 made it 44 %). It ramps with the speech queued at the player
    and is at full speed from half the bound on. Faster speech is also cheaper to make.
-2. long chunks: when the first audio would wait at the player anyway, the text is synthesized
-   in long chunks, which costs less per second of speech than the short first chunk.
+2. long chunks: from half the bound on, when the first audio would wait at the player anyway,
+   the text is synthesized in long chunks, which costs less per second of speech.
 3. backlog engine: a faster engine (`backlog_engine`) speaks the utterance, from three
    quarters of the bound on. None by default: the only faster engine for Portuguese here
    (espeak-ng) is not understood (round-trip WER 108 %).
 4. skip: an utterance that would start later than the bound is not spoken. Its transcript
    and translation are published as usual and kept in the outputs, marked "not spoken".
 
-`max_lag_s = 0` turns the bound off: file interpretation keeps every utterance.
+`max_lag_s = 0` turns the bound off (only the speed-up by queued speech is left): file
+interpretation keeps every utterance.
 """
 
 from __future__ import annotations
@@ -59,17 +60,18 @@ def decide(*, since_end_s: float, queued_s: float, first_chunk_s: float, max_lag
     `speed_for_queue`: the catch-up speed for `queued_s` (TtsConfig.speed).
     """
     lag = since_end_s + max(queued_s, first_chunk_s)
-    speed = speed_for_queue
-    long_chunks = queued_s > 2 * first_chunk_s
     if max_lag_s <= 0:
-        return Decision(lag, speed, long_chunks)
+        return Decision(lag, speed_for_queue)
     if lag > max_lag_s:
         return Decision(lag, skip=f"{lag:.1f} s behind the speaker, over max_lag_s "
                                   f"{max_lag_s:g} s")
-    if lag > FULL_SPEED_AT * max_lag_s:
-        speed = max_speed
-    backlog_engine = has_backlog_engine and lag > BACKLOG_ENGINE_AT * max_lag_s
-    return Decision(lag, speed, long_chunks, backlog_engine)
+    if lag <= FULL_SPEED_AT * max_lag_s:
+        return Decision(lag, speed_for_queue)
+    # Falling behind: full speed, and long chunks while speech is queued (a long first chunk
+    # takes longer to make: where nothing needs saving it only made the first audio later,
+    # tts first chunk p50 0.61 -> 1.08 s on a continuous talk).
+    return Decision(lag, max_speed, queued_s > 2 * first_chunk_s,
+                    has_backlog_engine and lag > BACKLOG_ENGINE_AT * max_lag_s)
 
 
 class Timeline:

@@ -27,10 +27,12 @@ def test_steps_follow_the_projected_lag():
     # lag = since the speech ended + max(queued at the player, first chunk 0.5 s)
     d = _decide(1.0)
     assert d.lag_s == 1.5 and d.steps() == [] and d.speed == 1.0
-    d = _decide(1.0, queued_s=1.5)          # speech queued: catch-up speed, long chunks
-    assert d.lag_s == 2.5 and d.speed == 1.2 and d.steps() == ["speedup", "long_chunks"]
+    d = _decide(1.0, queued_s=1.5)          # speech queued: catch-up speed
+    assert d.lag_s == 2.5 and d.speed == 1.2 and d.steps() == ["speedup"]
     d = _decide(2.6)                         # past half the bound (3.1 > 3): full speed
     assert d.speed == 1.3 and d.steps() == ["speedup"]
+    d = _decide(1.0, queued_s=2.5)           # past half, speech queued: long chunks too
+    assert d.lag_s == 3.5 and d.steps() == ["speedup", "long_chunks"]
     d = _decide(4.2, backlog=True)           # past three quarters (4.7 > 4.5): faster engine
     assert d.backlog_engine and d.steps() == ["speedup", "backlog_engine"]
     d = _decide(4.2)                         # ... when there is one
@@ -41,7 +43,7 @@ def test_steps_follow_the_projected_lag():
 
 def test_no_bound_keeps_every_utterance():
     d = _decide(100.0, queued_s=30.0, max_lag_s=0)
-    assert not d.skip and not d.backlog_engine and d.speed == 1.2 and d.long_chunks
+    assert d.steps() == ["speedup"] and d.speed == 1.2
 
 
 def _topology(max_lag_s=6.0, **tts):
