@@ -95,10 +95,47 @@ def sample_speech():
     return audio, SAMPLE_TEXT.read_text(encoding="utf-8")
 
 
-def verdict(topology, budgets: dict[str, dict[str, float]]) -> tuple[bool, list[str]]:
+def others_busy_cores(pids: list[int], interval_s: float = 0.5) -> float:
+    """Cores this machine spends on other work than the processes `pids`, measured now.
+
+    A machine busy with something else (a build, a browser, a CPU hog) has fewer cores for
+    the pipeline than it has: the CPU the engines need is measured per second of speech,
+    the same however busy the machine, so the verdict must know what is left.
+    """
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+
+    def ours() -> float:
+        total = 0.0
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return total
+
+    def busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+    busy0, ours0 = busy(), ours()
+    time.sleep(interval_s)
+    return max(0.0, (busy() - busy0 - (ours() - ours0)) / interval_s)
+
+
+def verdict(topology, budgets: dict[str, dict[str, float]],
+            busy: dict[str, float] | None = None) -> tuple[bool, list[str]]:
     """(keeps up, one line per host) from the actors' measured budgets.
 
     `budgets`: actor -> its Status.budget. Hosts whose engines did not report are skipped.
+    `busy`: host -> cores busy with other work there (see `others_busy_cores`), if known.
     """
     ok, lines = True, []
     expansion = EXPANSION.get(topology.tgt_lang, DEFAULT_EXPANSION)
@@ -109,6 +146,7 @@ def verdict(topology, budgets: dict[str, dict[str, float]]) -> tuple[bool, list[
         if not names or len(have) < len(names):
             continue
         cores = max(b.get("cores", 1.0) for b in have.values())
+        taken = min((busy or {}).get(host, 0.0), cores)
         need = {a: b["cpu"] * (expansion if a == "tts" else 1.0) for a, b in have.items()}
         others = OTHERS_CORES * sum(1 for a in ("capture", "segmenter", "player")
                                     if topology.actors[a].host == host)
@@ -117,6 +155,9 @@ def verdict(topology, budgets: dict[str, dict[str, float]]) -> tuple[bool, list[
         parts = " + ".join(f"{a} {need[a]:.2f}" for a in names)
         head = (f"budget on {host}: continuous speech needs {parts} + others {others:.1f} = "
                 f"{total:.2f} of {cores:.0f} cores")
+        if taken >= 0.1:
+            head += f" ({taken:.1f} busy with other work)"
+        cores -= taken
         if total <= HEADROOM * cores:
             lines.append(f"{head}: keeps up")
         elif faster <= HEADROOM * cores:
@@ -131,3 +172,14 @@ def verdict(topology, budgets: dict[str, dict[str, float]]) -> tuple[bool, list[
                 f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
                 f"({cfg.engine}) is the heaviest: {ADVICE[worst]}, or a host of its own")
     return ok, lines
+
+
+def judge(topology, statuses: dict, host: str) -> tuple[bool, list[str]]:
+    """The verdict from the actors' heartbeats.
+
+    `host` is this machine: its other work is measured now and left out of its cores.
+    """
+    pids = [s.pid for a, s in statuses.items()
+            if s.pid and topology.actors[a].host == host] if host in topology.hosts else []
+    busy = {host: others_busy_cores(pids)} if pids else None
+    return verdict(topology, {a: s.budget for a, s in statuses.items()}, busy)

@@ -80,7 +80,7 @@ def cmd_up(args) -> int:
               f"{' --run-dir ' + str(run_dir) if args.run_dir else ''}`", file=sys.stderr)
         return 1
     print(f"voxweft: all {len(actors)} actors ready in {time.monotonic() - t0:.1f} s")
-    for line in budget.verdict(topology, {a: s.budget for a, s in statuses.items()})[1]:
+    for line in budget.judge(topology, statuses, host)[1]:
         print(f"voxweft: {line}")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
     if args.watch:
@@ -148,7 +148,8 @@ def cmd_status(args) -> int:
             detail = f"busy {st.busy_s:.1f} s " + detail
         print(f"{name:<10} {info['statename']:<9} {info['pid']:>7} {uptime:>8}  {bus:<9} "
               f"{(st.engine if st else ''):<15} {detail}")
-    for line in budget.verdict(topology, {a: s.budget for a, s in watcher.latest.items()})[1]:
+    here = next((topology.actors[a].host for a in procs), "")
+    for line in budget.judge(topology, watcher.latest, here)[1]:
         print(line)
     return 0
 

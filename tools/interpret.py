@@ -107,6 +107,7 @@ class Collector:
         self.eos: EndOfStream | None = None
         self.latest: dict[str, Status] = {}
         self.progress_at = time.monotonic()   # when an utterance last moved
+        self.verdict: tuple[bool, list[str]] | None = None   # the budget, said at ready
 
     def add(self, msg) -> None:
         """Record one message; print transcripts and translations as they arrive."""
@@ -279,7 +280,8 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
         sup.start()
         ready = wait_ready(sup, topology, list(topology.actors))
         print(f"voxweft: pipeline ready in {time.monotonic() - t0:.1f} s; {what}", flush=True)
-        for line in budget.verdict(topology, {a: s.budget for a, s in ready.items()})[1]:
+        collector.verdict = budget.judge(topology, ready, "_interpret")
+        for line in collector.verdict[1]:
             print(f"voxweft: {line}", flush=True)
         limit = time.monotonic() + (timeout_s or 3600)
         last_check = 0.0
