@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -41,6 +42,8 @@ class TtsActor(Actor):
         # How long the first chunk took lately (s): the warm-up's figure until speech comes;
         # the bounded lag needs what it takes now, on a machine that may be busier.
         self.first_chunks: collections.deque[float] = collections.deque(maxlen=FIRST_CHUNKS)
+        # Wall seconds synthesis takes per character of text, lately (long chunks need it).
+        self.s_per_char: float | None = None
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """MT's translations; the player's playback events (how much speech is queued)."""
@@ -49,6 +52,17 @@ class TtsActor(Actor):
     def backlog_s(self, now: int) -> float:
         """Seconds of speech sent to the player that it has not played yet."""
         return self.timeline.queued_s(now)
+
+    def _long_chunk_fits(self, text: str, queued_s: float) -> bool:
+        """Whether a long first chunk of `text` would be made before the queued speech ends.
+
+        (Without this check long chunks broke the bound on a busy machine: a 4.3 s chunk
+        took 6 s to make behind 2.3 s of queued speech, and was heard 11.7 s late.)
+        """
+        if self.s_per_char is None or not text:
+            return False
+        first = self.engine.plan(text, eager=False)[0]
+        return self.s_per_char * len(first) < 0.8 * queued_s
 
     def first_chunk_s(self) -> float:
         """What making a first chunk takes now: the median of the last few, else warm-up's.
@@ -95,6 +109,8 @@ class TtsActor(Actor):
             max_lag_s=self.topology.max_lag_s, speed_for_queue=self.config.speed(queued),
             max_speed=self.config.catchup_max_speed,
             has_backlog_engine=self.backlog_engine is not None)
+        if plan.long_chunks and not self._long_chunk_fits(msg.text, queued):
+            plan = dataclasses.replace(plan, long_chunks=False)
         for step in plan.steps():
             self.counters[f"lag_{step}"] += 1
         engine = self.backlog_engine if plan.backlog_engine else self.engine
@@ -120,6 +136,10 @@ class TtsActor(Actor):
                     self.first_chunks.append((now_ns() - start) / 1e9)
                 index += 1
         trace = traced(trace, "tts.end")
+        if samples and msg.text:   # what synthesis costs now, per character (wall)
+            spent = (trace[-1][1] - start) / 1e9 / len(msg.text)
+            self.s_per_char = spent if self.s_per_char is None else \
+                0.7 * self.s_per_char + 0.3 * spent
         self.log.info("tts: %s %d chunk(s), %.2f s of speech at speed %.2f (queued %.1f s, "
                       "lag %.1f s%s) in %.0f ms", msg.utt, index,
                       samples / engine.sample_rate, plan.speed, queued, plan.lag_s,

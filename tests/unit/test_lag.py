@@ -155,3 +155,16 @@ def test_timeline_knows_what_the_player_still_has_to_play():
     t.sent("c", 5.0, 105 * s)
     t.heard(PlaybackEvent(utt="c", event="started", epoch=8), 106 * s)   # player restarted
     assert t.queued_s(106 * s) == 0.0
+
+
+def test_long_chunks_only_when_made_before_the_queued_speech_ends():
+    topo = _topology()
+    actor = TtsActor(topo, topo.actors["tts"])
+    text = "Produziram os livros de blocos, que foram os antecessores imediatos do livro."
+    assert not actor._long_chunk_fits(text, 30.0)      # nothing measured yet: not risked
+    out = run_actor(actor, [_say("a", text, 0.2)], src="mt")
+    assert _last(out, "a").index > 0 and actor.s_per_char > 0
+    actor.s_per_char = 0.05                             # 1.5 s for the 30-char first clause
+    first = actor.engine.plan(text, eager=False)[0]
+    assert actor._long_chunk_fits(text, 2.0 * 0.05 * len(first))
+    assert not actor._long_chunk_fits(text, 1.1 * 0.05 * len(first))
