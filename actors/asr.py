@@ -13,8 +13,9 @@ from typing import ClassVar
 import numpy as np
 
 from actors import budget
+from actors.drafts import Drafts
 from actors.runtime import Actor, StartupError
-from protocol.messages import Done, Message, Segment, Transcript, now_ns, traced
+from protocol.messages import Done, Message, Segment, Transcript, is_draft, now_ns, traced
 
 RATE = 16000
 log = logging.getLogger("voxweft.asr")
@@ -267,6 +268,8 @@ class AsrActor(Actor):
         self.engine = ENGINES[config.engine](**config.engine_settings())
         # (segmenter epoch, media start, end) of the segments taken from each stream.
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
+        # Transcripts of drafts (speculative endpointing), by the speech they were made from.
+        self.drafts = Drafts(self.counters)
 
     def pulls(self) -> bool:
         """ASR is a worker of the segment queue."""
@@ -300,12 +303,20 @@ class AsrActor(Actor):
             lambda: (self.engine.transcribe(audio, lang),), len(audio) / RATE), self.engine)
 
     def handle(self, msg: Message) -> Iterator[Message]:
-        """Transcribe one segment in the language the message names."""
+        """Transcribe one segment in the language the message names.
+
+        A draft's transcript is published as a draft and kept; the final segment of the
+        same utterance uses it when its speech ends at the same sample (the speaker did not
+        go on: the audio differs at most by trailing silence), instead of transcribing again.
+        """
         if not isinstance(msg, Segment):
             return
         if msg.stream != self.stream:
             self.stream, self.media_ms = msg.stream, 0
             self.taken.clear()
+        if is_draft(msg):
+            yield from self._transcribe(msg)
+            return
         if self._retold(msg):
             self.counters["duplicates"] += 1
             self.log.info("asr: %s repeats speech already taken (%.2f-%.2f s); dropped",
@@ -314,22 +325,34 @@ class AsrActor(Actor):
             return
         self.taken.append((msg.epoch, msg.media_start_s, msg.media_end_s))
         self.media_ms = max(self.media_ms, int(msg.media_end_s * 1000))
+        yield from self._transcribe(msg)
+
+    def _transcribe(self, msg: Segment) -> Iterator[Message]:
         lang = msg.src_lang or self.config.src_lang
         if lang not in self.engine.languages():
             self.counters["refused_lang"] += 1
             self.log.error("asr: segment %s is in %r, which engine %s cannot transcribe",
                            msg.utt, lang, self.engine.name)
             lang = self.config.src_lang
-        pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
-        if msg.sample_rate != RATE:
-            import soxr
-            pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, RATE)
-        pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
+        # What a draft is made from: the same start and speech end in the same language.
+        speech = (msg.stream, msg.media_start_s,
+                  next((m for n, _w, m in msg.trace if n == "speech_end"), None), lang)
         start = now_ns()
-        text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
+        text = None if is_draft(msg) else self.drafts.take(msg.utt, speech)
+        if text is None:
+            pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
+            if msg.sample_rate != RATE:
+                import soxr
+                pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, RATE)
+            pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
+            text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")
-        self.log.info("asr: %s [%s] %r (%.2f s audio, %.0f ms)", msg.utt, lang, text,
-                      msg.duration_s, (trace[-1][1] - start) / 1e6)
-        yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=True,
+        spent = (trace[-1][1] - start) / 1e9
+        if is_draft(msg):
+            self.drafts.keep(msg.utt, speech, text, spent)
+        self.log.info("asr: %s%s [%s] %r (%.2f s audio, %.0f ms)", msg.utt,
+                      " (draft)" if is_draft(msg) else "", lang, text, msg.duration_s,
+                      spent * 1000)
+        yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=msg.final,
                          media_start_s=msg.media_start_s, media_end_s=msg.media_end_s,
                          trace=trace)

@@ -85,6 +85,7 @@ class SegmenterActorConfig(ActorConfig):
     pre_roll_ms: int = 200
     post_roll_ms: int = 100
     max_segment_s: float = 15.0
+    speculate_ms: int = 100
     # Echo: "gate" ignores what the microphone hears while the player is playing (and for
     # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
     echo_mode: str = "gate"

@@ -10,6 +10,8 @@ The rule, for every stage from the segmenter to tts:
   (a restart) or a new link count (a dropped connection, a sequence gap), as soon as that
   stage's heartbeat shows it hears this sender's current epoch (`Resync`).
 * A receiver handles a message at most once (`Seen`); duplicates are counted and dropped.
+* Drafts (`is_draft`: work ahead on an utterance that may go on) are outside custody: never
+  held, never sent again, never taken for a duplicate of the final message.
 
 Bounded memory: an outbox holds at most `OUTBOX_UTTERANCES`; beyond that the oldest is
 forgotten and counted (`outbox_dropped`). A file source never gets there: it stops reading
@@ -21,7 +23,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterator
 
-from protocol.messages import Message, Status
+from protocol.messages import Message, Status, is_draft
 
 #: Utterances one stage holds at most: minutes of speech, a few MB of PCM at the segmenter.
 OUTBOX_UTTERANCES = 64
@@ -41,7 +43,9 @@ class Outbox:
         return len(self.items)
 
     def keep(self, msg: Message) -> str | None:
-        """Hold `msg`; return the utterance forgotten to make room, if any."""
+        """Hold `msg` (not a draft); return the utterance forgotten to make room, if any."""
+        if is_draft(msg):
+            return None
         self.items.setdefault(msg.utt, []).append(msg)
         if len(self.items) > self.limit:
             utt, _ = self.items.popitem(last=False)
@@ -72,10 +76,12 @@ class Seen:
         return (msg.TYPE, getattr(msg, "utt", ""), getattr(msg, "index", 0))
 
     def __contains__(self, msg: Message) -> bool:
-        return self.key(msg) in self.keys
+        return not is_draft(msg) and self.key(msg) in self.keys
 
     def add(self, msg: Message) -> None:
-        """Remember `msg` as handled."""
+        """Remember `msg` as handled (drafts are not remembered: each is new)."""
+        if is_draft(msg):
+            return
         self.keys[self.key(msg)] = None
         if len(self.keys) > self.limit:
             self.keys.popitem(last=False)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from actors import budget
+from actors.drafts import Drafts
 from actors.runtime import Actor, StartupError
-from protocol.messages import Message, Transcript, Translation, now_ns, traced
+from protocol.messages import Message, Transcript, Translation, is_draft, now_ns, traced
 
 
 class MtEngine(abc.ABC):
@@ -446,6 +447,8 @@ class MtActor(Actor):
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
         self.engine = ENGINES[config.engine](**config.engine_settings())
+        # Translations of draft transcripts (speculative endpointing), by their source text.
+        self.drafts = Drafts(self.counters)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """ASR's transcripts."""
@@ -468,12 +471,7 @@ class MtActor(Actor):
         """End engine helpers (apertium keeps a pipeline of processes per direction)."""
         self.engine.close()
 
-    def handle(self, msg: Message) -> Iterator[Message]:
-        """Translate a final transcript into the configured target language."""
-        if not isinstance(msg, Transcript) or not msg.final:
-            return
-        tgt = self.config.tgt_lang
-        start = now_ns()
+    def _translate(self, msg: Transcript, tgt: str) -> str:
         if (msg.src_lang, tgt) not in self.engine.pairs():
             # Never translate text the engine was not built for (the modelled system fed
             # wrong-language text to its translator and "debugged" the symptoms for days).
@@ -481,11 +479,28 @@ class MtActor(Actor):
             self.log.error("mt: refused %s: text is %r, engine %s translates only %s",
                            msg.utt, msg.src_lang, self.engine.name,
                            ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.pairs())))
-            text = ""
-        else:
-            text = self.engine.translate(msg.text, msg.src_lang, tgt) if msg.text else ""
+            return ""
+        return self.engine.translate(msg.text, msg.src_lang, tgt) if msg.text else ""
+
+    def handle(self, msg: Message) -> Iterator[Message]:
+        """Translate a transcript into the configured target language.
+
+        A draft is translated as a draft and kept; the final transcript of the same
+        utterance with the same text takes it.
+        """
+        if not isinstance(msg, Transcript):
+            return
+        tgt = self.config.tgt_lang
+        start = now_ns()
+        text = None if is_draft(msg) else self.drafts.take(msg.utt, (msg.src_lang, msg.text))
+        if text is None:
+            text = self._translate(msg, tgt)
         trace = traced(traced(self.arrived(msg.trace, "mt"), "mt.start", start), "mt.end")
-        self.log.info("mt: %s %r -> %r", msg.utt, msg.text, text)
+        if is_draft(msg):
+            self.drafts.keep(msg.utt, (msg.src_lang, msg.text), text,
+                             (trace[-1][1] - start) / 1e9)
+        self.log.info("mt: %s%s %r -> %r", msg.utt, " (draft)" if is_draft(msg) else "",
+                      msg.text, text)
         yield Translation(utt=msg.utt, src_lang=msg.src_lang, tgt_lang=tgt,
                           source_text=msg.text, text=text, media_start_s=msg.media_start_s,
-                          media_end_s=msg.media_end_s, trace=trace)
+                          media_end_s=msg.media_end_s, final=msg.final, trace=trace)

@@ -14,6 +14,7 @@ from actors.vad import (
     SpeechDiscarded,
     SpeechStarted,
     UtteranceEnded,
+    UtterancePaused,
     UtteranceSegmenter,
 )
 from protocol.messages import (
@@ -44,7 +45,7 @@ class SegmenterActor(Actor):
             threshold=config.threshold, neg_threshold=config.neg_threshold,
             min_speech_ms=config.min_speech_ms, hangover_ms=config.hangover_ms,
             pre_roll_ms=config.pre_roll_ms, post_roll_ms=config.post_roll_ms,
-            max_segment_s=config.max_segment_s)
+            max_segment_s=config.max_segment_s, speculate_ms=config.speculate_ms)
         self.vad_config.validate()
         self.vad: SileroVad | None = None
         self.segmenter: UtteranceSegmenter | None = None
@@ -216,22 +217,27 @@ class SegmenterActor(Actor):
             elif isinstance(event, SpeechDiscarded):
                 yield VadEvent(utt=self._utt_id(event.index, close=True), event="discard",
                                wall_ns=now_ns())
+            elif isinstance(event, UtterancePaused):
+                self.counters["drafts"] += 1
+                yield self._segment(event.utterance, self._utt_id(event.utterance.index),
+                                    final=False)
             elif isinstance(event, UtteranceEnded):
-                yield from self._segment(event.utterance)
+                u = event.utterance
+                utt = self._utt_id(u.index, close=True)
+                self.utterances += 1
+                yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / RATE,
+                               wall_ns=self._wall_ns(u.speech_end_sample))
+                yield self._segment(u, utt, final=True)
 
-    def _segment(self, u) -> Iterator[Message]:
-        utt = self._utt_id(u.index, close=True)
-        committed = now_ns()
-        self.utterances += 1
+    def _segment(self, u, utt: str, final: bool) -> Segment:
+        """Utterance `u` for asr: committed (`final`), or a draft sent as a pause begins."""
         trace = (
             ("capture", self._wall_ns(u.start_sample), u.start_sample / RATE),
             ("speech_start", self._wall_ns(u.speech_start_sample), u.speech_start_sample / RATE),
             ("speech_end", self._wall_ns(u.speech_end_sample), u.speech_end_sample / RATE),
-            ("segment", committed, u.end_sample / RATE),
+            ("segment", now_ns(), u.end_sample / RATE),
         )
-        yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / RATE,
-                       wall_ns=self._wall_ns(u.speech_end_sample))
-        yield Segment(utt=utt, stream=self.stream, src_lang=self.config.src_lang,
-                      sample_rate=RATE, pcm=u.pcm,
-                      media_start_s=u.start_sample / RATE, media_end_s=u.end_sample / RATE,
-                      forced=u.forced, trace=trace)
+        return Segment(utt=utt, stream=self.stream, src_lang=self.config.src_lang,
+                       sample_rate=RATE, pcm=u.pcm,
+                       media_start_s=u.start_sample / RATE, media_end_s=u.end_sample / RATE,
+                       forced=u.forced, final=final, trace=trace)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
 
 from actors import budget, lag
+from actors.drafts import Drafts
 from actors.runtime import Actor
 from actors.tts_engines import ENGINES
 from protocol.messages import (
@@ -16,6 +18,7 @@ from protocol.messages import (
     PlaybackEvent,
     SpeechChunk,
     Translation,
+    is_draft,
     now_ns,
     trace_ns,
     traced,
@@ -23,6 +26,17 @@ from protocol.messages import (
 
 #: The bounded lag expects a first chunk to take as long as the median of this many last.
 FIRST_CHUNKS = 5
+
+
+@dataclasses.dataclass
+class _Draft:
+    """The first chunk of a draft translation, made ahead, and the synthesis to go on with."""
+
+    plan: lag.Decision
+    engine: object
+    first: np.ndarray
+    rest: Iterator[np.ndarray]
+    made_s: float             # what making the first chunk took
 
 
 class TtsActor(Actor):
@@ -44,6 +58,8 @@ class TtsActor(Actor):
         self.first_chunks: collections.deque[float] = collections.deque(maxlen=FIRST_CHUNKS)
         # Wall seconds synthesis takes per character of text, lately (long chunks need it).
         self.s_per_char: float | None = None
+        # First chunks of draft translations (speculative endpointing), by text and language.
+        self.drafts = Drafts(self.counters, on_drop=lambda draft: draft.rest.close())
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """MT's translations; the player's playback events (how much speech is queued)."""
@@ -91,18 +107,9 @@ class TtsActor(Actor):
                 budget.SPOKEN.get(lang, budget.SPOKEN["en"]), lang)),
             lambda: sum(made) / self.engine.sample_rate), self.engine)
 
-    def handle(self, msg: Message) -> Iterator[Message]:
-        """Speak one translation, faster (or not at all) when the listener is behind."""
-        if isinstance(msg, PlaybackEvent):
-            self.timeline.heard(msg, now_ns())
-            return
-        if not isinstance(msg, Translation):
-            return
-        lang = msg.tgt_lang or self.config.tgt_lang
-        start = now_ns()
-        trace = traced(self.arrived(msg.trace, "tts"), "tts.start", start)
+    def _plan(self, msg: Translation, trace, start: int, queued: float) -> lag.Decision:
+        """How to speak `msg` now that the listener has `queued` s of speech still to hear."""
         speech_end = trace_ns(trace, "speech_end")
-        queued = self.backlog_s(start)
         plan = lag.decide(
             since_end_s=max(0.0, (start - speech_end) / 1e9) if speech_end else 0.0,
             queued_s=queued, first_chunk_s=self.first_chunk_s(),
@@ -111,9 +118,63 @@ class TtsActor(Actor):
             has_backlog_engine=self.backlog_engine is not None)
         if plan.long_chunks and not self._long_chunk_fits(msg.text, queued):
             plan = dataclasses.replace(plan, long_chunks=False)
+        return plan
+
+    def _draft(self, msg: Translation, lang: str, plan: lag.Decision, queued: float,
+               start: int) -> None:
+        """Make the first chunk of a draft ahead, and keep it with the rest to make.
+
+        Only when it can bring the first audio forward: not while the player has more
+        speech queued than a first chunk takes to make (it would wait there anyway).
+        """
+        engine = self.backlog_engine if plan.backlog_engine else self.engine
+        if not msg.text or plan.skip or lang not in engine.languages():
+            return
+        if queued > self.first_chunk_s():
+            self.counters["drafts_not_needed"] += 1
+            return
+        chunks = engine.synthesize(msg.text, lang, plan.speed, eager=not plan.long_chunks)
+        first = next(chunks, None)
+        if first is None:
+            return
+        made_s = (now_ns() - start) / 1e9
+        self.drafts.keep(msg.utt, (msg.text, lang), _Draft(plan, engine, first, chunks, made_s),
+                         made_s)
+        self.log.info("tts: %s (draft) first chunk made ahead in %.0f ms", msg.utt,
+                      made_s * 1000)
+
+    def handle(self, msg: Message) -> Iterator[Message]:
+        """Speak one translation, faster (or not at all) when the listener is behind.
+
+        A draft gets its first chunk made ahead (not sent); the final translation of the
+        same utterance with the same text sends it at once and goes on from there, unless
+        the listener is now too far behind.
+        """
+        if isinstance(msg, PlaybackEvent):
+            self.timeline.heard(msg, now_ns())
+            return
+        if not isinstance(msg, Translation):
+            return
+        lang = msg.tgt_lang or self.config.tgt_lang
+        start = now_ns()
+        trace = traced(self.arrived(msg.trace, "tts"), "tts.start", start)
+        queued = self.backlog_s(start)
+        plan = self._plan(msg, trace, start, queued)
+        if is_draft(msg):
+            self._draft(msg, lang, plan, queued, start)
+            return
+        draft = self.drafts.take(msg.utt, (msg.text, lang))
+        ahead = 0.0   # time spent on this translation before it came (its draft)
+        if draft is not None and not plan.skip:
+            plan, engine, ahead = draft.plan, draft.engine, draft.made_s
+            chunks = itertools.chain([draft.first], draft.rest)
+        else:
+            if draft is not None:
+                draft.rest.close()
+            engine = self.backlog_engine if plan.backlog_engine else self.engine
+            chunks = None
         for step in plan.steps():
             self.counters[f"lag_{step}"] += 1
-        engine = self.backlog_engine if plan.backlog_engine else self.engine
         index, samples = 0, 0
         if plan.skip:
             self.log.warning("tts: %s not spoken: %s", msg.utt, plan.skip)
@@ -122,8 +183,10 @@ class TtsActor(Actor):
             self.log.error("tts: %s is in %r; engine %s speaks only %s", msg.utt, lang,
                            engine.name, ", ".join(sorted(engine.languages())))
         elif msg.text:
-            for pcm in engine.synthesize(msg.text, lang, plan.speed,
-                                         eager=not plan.long_chunks):
+            if chunks is None:
+                chunks = engine.synthesize(msg.text, lang, plan.speed,
+                                           eager=not plan.long_chunks)
+            for pcm in chunks:
                 samples += len(pcm)
                 if index == 0:
                     trace = traced(trace, "tts.first")
@@ -132,18 +195,19 @@ class TtsActor(Actor):
                                   sample_rate=engine.sample_rate,
                                   pcm=np.asarray(pcm, np.float32), speed=plan.speed,
                                   trace=trace)
-                if index == 0:   # it is out: what it took, sending included
-                    self.first_chunks.append((now_ns() - start) / 1e9)
+                if index == 0:   # it is out: what it took (ahead, for a draft), sending included
+                    self.first_chunks.append(ahead or (now_ns() - start) / 1e9)
                 index += 1
         trace = traced(trace, "tts.end")
         if samples and msg.text:   # what synthesis costs now, per character (wall)
-            spent = (trace[-1][1] - start) / 1e9 / len(msg.text)
+            spent = ((trace[-1][1] - start) / 1e9 + ahead) / len(msg.text)
             self.s_per_char = spent if self.s_per_char is None else \
                 0.7 * self.s_per_char + 0.3 * spent
         self.log.info("tts: %s %d chunk(s), %.2f s of speech at speed %.2f (queued %.1f s, "
-                      "lag %.1f s%s) in %.0f ms", msg.utt, index,
+                      "lag %.1f s%s)%s in %.0f ms", msg.utt, index,
                       samples / engine.sample_rate, plan.speed, queued, plan.lag_s,
-                      "".join(f", {s}" for s in plan.steps()), (now_ns() - start) / 1e6)
+                      "".join(f", {s}" for s in plan.steps()),
+                      " first chunk made ahead," if ahead else "", (now_ns() - start) / 1e6)
         yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=True,
                           sample_rate=engine.sample_rate, pcm=np.zeros(0, np.float32),
                           speed=plan.speed, skipped=plan.skip, trace=trace)

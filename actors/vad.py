@@ -159,6 +159,7 @@ class SegmenterConfig:
     pre_roll_ms: int = 200  # audio kept before speech onset so the first syllable survives
     post_roll_ms: int = 100  # audio kept after the last speech window
     max_segment_s: float = 15.0  # force a split (at a pause in the last seconds if any)
+    speculate_ms: int = 100  # silence after which a draft of the utterance goes out; 0 = none
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first field outside its allowed range."""
@@ -179,6 +180,12 @@ class SegmenterConfig:
                 "0 <= post_roll_ms <= hangover_ms",
             ),
             ("max_segment_s", 1.0 <= self.max_segment_s <= 120.0, "1 <= max_segment_s <= 120"),
+            # A draft after the hangover would come with the commit: pointless.
+            (
+                "speculate_ms",
+                0 <= self.speculate_ms < max(1, self.hangover_ms),
+                "0 <= speculate_ms < hangover_ms",
+            ),
         ]
         for name, ok, allowed in checks:
             value = getattr(self, name)
@@ -222,13 +229,25 @@ class UtteranceEnded:
 
 
 @dataclass(frozen=True)
+class UtterancePaused:
+    """A pause of ``speculate_ms`` began in the open utterance: its draft, as it would close.
+
+    ``utterance`` is what ``UtteranceEnded`` will carry if no speech comes before the
+    hangover ends (same index, start and speech end; the same samples once the pause is at
+    least ``post_roll_ms`` long, else less of the trailing silence).
+    """
+
+    utterance: Utterance
+
+
+@dataclass(frozen=True)
 class SpeechDiscarded:
     """The speech announced by ``SpeechStarted(index)`` was too short and is dropped."""
 
     index: int
 
 
-Event = SpeechStarted | UtteranceEnded | SpeechDiscarded
+Event = SpeechStarted | UtterancePaused | UtteranceEnded | SpeechDiscarded
 
 
 class _SampleBuffer:
@@ -288,7 +307,9 @@ class UtteranceSegmenter:
     ``>= threshold`` ends; windows in between keep whatever state they are in. A silence run
     of ``hangover_ms`` closes the utterance with ``post_roll_ms`` after the last speech window
     and ``pre_roll_ms`` before the onset (never reaching back into the previous utterance).
-    Speech shorter than ``min_speech_ms`` is reported as ``SpeechDiscarded`` instead.
+    Speech shorter than ``min_speech_ms`` is reported as ``SpeechDiscarded`` instead. When a
+    silence run reaches ``speculate_ms`` (and the speech is long enough to keep), the
+    utterance as it would close is reported once per run (``UtterancePaused``): a draft.
 
     No utterance is longer than ``max_segment_s``: when the next window would exceed it, the
     utterance is cut at the lowest-probability window below ``threshold`` in the last
@@ -315,6 +336,7 @@ class UtteranceSegmenter:
         self._neg_threshold = config.neg_threshold
         self._min_speech = config.min_speech_ms * ms
         self._hangover = config.hangover_ms * ms
+        self._speculate = config.speculate_ms * ms
         self._pre_roll = config.pre_roll_ms * ms
         self._post_roll = config.post_roll_ms * ms
         self._max_segment = int(config.max_segment_s * SAMPLE_RATE)
@@ -333,6 +355,7 @@ class UtteranceSegmenter:
         self._speech_start = 0  # open utterance: onset (or cut, for a continuation)
         self._speech_end = 0  # open utterance: end of the last speech window
         self._silence_since: int | None = None  # start of the current silence run, if any
+        self._drafted = False  # the current silence run has had its UtterancePaused
         self._continuation = False  # open utterance is the rest of a forced split
         # (window start, prob) of the open utterance's recent windows, for forced splits
         self._recent: deque[tuple[int, float]] = deque(maxlen=self._lookback_windows)
@@ -385,17 +408,24 @@ class UtteranceSegmenter:
         if self._silence_since is None:
             if prob < self._neg_threshold:
                 self._silence_since = window_start
+                self._drafted = False
             else:
                 self._speech_end = window_end
         elif prob >= self._threshold:
             self._silence_since = None
             self._speech_end = window_end
 
-        if self._silence_since is not None and window_end - self._silence_since >= self._hangover:
+        silence = window_end - self._silence_since if self._silence_since is not None else -1
+        if silence >= self._hangover:
             # Hangover >= post-roll (validated), so the post-roll audio is already buffered.
             self._close(self._speech_end + self._post_roll, forced=False, events=events)
         elif window_end + WINDOW_SAMPLES - self._start > self._max_segment:
             self._force_split(window_end, events)
+        elif self._speculate and silence >= self._speculate and not self._drafted:
+            self._drafted = True
+            if not self._too_short():
+                end = min(self._speech_end + self._post_roll, window_end)
+                events.append(UtterancePaused(self._utterance(end, self._speech_end, False)))
 
     def _open(self, window_start: int, window_end: int, events: list[Event]) -> None:
         self._in_speech = True
@@ -417,11 +447,14 @@ class UtteranceSegmenter:
         """Emit the open utterance as ``[start, end)`` (or discard it) and go idle."""
         self._in_speech = False
         end = min(end, self._start + self._max_segment)
-        too_short = self._speech_end - self._speech_start < self._min_speech
-        if too_short and not self._continuation:
+        if self._too_short():
             events.append(SpeechDiscarded(self._next_index))
             return
         events.append(UtteranceEnded(self._emit(end, min(self._speech_end, end), forced)))
+
+    def _too_short(self) -> bool:
+        """The open utterance would be discarded as noise if it closed now."""
+        return self._speech_end - self._speech_start < self._min_speech and not self._continuation
 
     def _force_split(self, scored_end: int, events: list[Event]) -> None:
         if self._silence_since is not None:
@@ -450,11 +483,12 @@ class UtteranceSegmenter:
         self._recent.extend(recent)
         events.append(SpeechStarted(self._next_index, cut))
 
-    def _emit(self, end: int, speech_end: int, forced: bool) -> Utterance:
+    def _utterance(self, end: int, speech_end: int, forced: bool) -> Utterance:
+        """The open utterance as ``[start, end)``, without closing it."""
         pcm = self._buffer.copy(self._start, end)
         # Read-only: one Utterance is typically shared by several consumers (ASR, recorder).
         pcm.flags.writeable = False
-        utterance = Utterance(
+        return Utterance(
             index=self._next_index,
             start_sample=self._start,
             end_sample=end,
@@ -463,6 +497,9 @@ class UtteranceSegmenter:
             pcm=pcm,
             forced=forced,
         )
+
+    def _emit(self, end: int, speech_end: int, forced: bool) -> Utterance:
+        utterance = self._utterance(end, speech_end, forced)
         self._next_index += 1
         self._floor = end
         return utterance

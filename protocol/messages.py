@@ -121,12 +121,14 @@ class Segment(PcmMessage):
     media_start_s: float = 0.0
     media_end_s: float = 0.0
     forced: bool = False      # cut at max_segment_s rather than at a pause
+    #: False: a draft (see `is_draft`), sent when a pause begins, before the hangover commits.
+    final: bool = True
     trace: Trace = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Transcript(Message):
-    """Source-language text of an utterance (partial or final)."""
+    """Source-language text of an utterance (final, or a draft: see `is_draft`)."""
 
     TYPE: ClassVar[str] = "transcript"
     utt: str = ""
@@ -150,6 +152,7 @@ class Translation(Message):
     text: str = ""
     media_start_s: float = 0.0
     media_end_s: float = 0.0
+    final: bool = True        # False: a draft (see `is_draft`), never spoken
     trace: Trace = ()
 
 
@@ -254,6 +257,18 @@ REGISTRY: dict[str, type[Message]] = {
 CUSTODY_TYPES = (Segment, Transcript, Translation, SpeechChunk)
 
 STATES = ("loading", "ready", "degraded", "stopping")
+
+
+def is_draft(msg: Message) -> bool:
+    """A draft: what an utterance would be if it ended at the pause now beginning.
+
+    Speculative endpointing: the segmenter sends a draft Segment when a pause has lasted
+    `speculate_ms`, before the hangover commits the utterance; asr, mt and tts work on it
+    ahead and keep the result, which the final message of the same utterance uses when its
+    speech is the same (the speaker did not go on). Drafts are never held for custody, never
+    deduplicated, never written to transcripts and never spoken.
+    """
+    return not getattr(msg, "final", True)
 
 
 def stamp(msg: Message, *, src: str, epoch: int, seq: int) -> Message:

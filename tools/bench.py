@@ -364,6 +364,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         # What was lost, refused or dropped, per actor (live audio: capture's dropped_ms).
         "drops": _drops(collected.statuses),
         "lag": _lag(collected, rows, max_lag_s),
+        "speculation": _speculation(collected, len(rows), duration_s),
         "asr_word_lag": _word_lag(collected, floor_rows, None if fast else t0_ns),
         "budget": _budget(collected, topology),
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
@@ -418,6 +419,38 @@ def _lag(collected: BenchCollector, rows: list[dict], max_lag_s: float) -> dict:
         "not_spoken": sum(1 for r in rows if r.get("not_spoken")),
         "utterances": len(rows),
     }
+
+
+def _speculation(collected: BenchCollector, utterances: int, duration_s: float) -> dict:
+    """Speculative endpointing: drafts sent at pauses, and what each stage did with them.
+
+    Per stage: drafts made, used by the final message (hit rate = used / made), wasted
+    (the speaker went on, or the text changed), the time they cost and the time wasted
+    (in s per minute of input: the CPU speculation costs); tts also counts drafts it did
+    not make because speech queued at the player would have hidden the gain.
+    """
+    segmenter = (collected.statuses.get("segmenter") or [None])[-1]
+    out: dict = {"utterances": utterances,
+                 "drafts_sent": segmenter.counters.get("drafts", 0) if segmenter else None,
+                 "stages": {}}
+    minutes = duration_s / 60 if duration_s else None
+    for actor in ("asr", "mt", "tts"):
+        last = (collected.statuses.get(actor) or [None])[-1]
+        if last is None:
+            continue
+        c = last.counters
+        made, used = c.get("drafts", 0), c.get("drafts_used", 0)
+        out["stages"][actor] = {
+            "made": made, "used": used, "wasted": c.get("drafts_wasted", 0),
+            "not_needed": c.get("drafts_not_needed", 0),
+            "hit_rate": round(used / made, 3) if made else None,
+            "utterances_ahead": round(used / utterances, 3) if utterances else None,
+            "cost_s": round(c.get("draft_ms", 0) / 1000, 2),
+            "wasted_s": round(c.get("draft_wasted_ms", 0) / 1000, 2),
+            "wasted_s_per_min": (round(c.get("draft_wasted_ms", 0) / 1000 / minutes, 3)
+                                 if minutes else None),
+        }
+    return out
 
 
 def _word_lag(collected: BenchCollector, floor_rows: dict, t0_ns: int | None) -> dict:

@@ -196,6 +196,18 @@ def markdown(report: dict) -> str:
                   f"- degradation steps taken: {steps}; not spoken "
                   f"{_fmt(lag.get('not_spoken'))} of {_fmt(lag.get('utterances'))} utterances"]
 
+    spec = report.get("speculation")
+    if isinstance(spec, dict) and spec.get("stages"):
+        lines += ["", "## Speculative endpointing (drafts at pauses)", "",
+                  f"- drafts sent by the segmenter: {_fmt(spec.get('drafts_sent'))}, for "
+                  f"{_fmt(spec.get('utterances'))} utterances", ""]
+        lines += _table(["stage", "made", "used", "wasted", "not needed", "hit rate",
+                         "utterances ahead", "cost s", "wasted s", "wasted s per min"],
+                        [[a, st.get("made"), st.get("used"), st.get("wasted"),
+                          st.get("not_needed"), st.get("hit_rate"), st.get("utterances_ahead"),
+                          st.get("cost_s"), st.get("wasted_s"), st.get("wasted_s_per_min")]
+                         for a, st in _dict(spec.get("stages")).items()], nd=2)
+
     words = report.get("asr_word_lag")
     if isinstance(words, dict) and words.get("words"):
         lines += ["", f"Per-word ASR lag (word spoken -> its transcript published, "

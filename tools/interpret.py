@@ -127,7 +127,7 @@ class Collector:
             if msg.utt not in self.transcripts:   # sent again after a restart: once only
                 print(f"[{msg.utt}] {msg.src_lang}: {msg.text}", flush=True)
             self.transcripts[msg.utt] = msg
-        elif isinstance(msg, Translation):
+        elif isinstance(msg, Translation) and msg.final:
             if msg.utt not in self.translations:
                 print(f"[{msg.utt}] {msg.tgt_lang}: {msg.text}", flush=True)
             self.translations[msg.utt] = msg

@@ -31,6 +31,7 @@ from protocol.messages import (
     Transcript,
     Translation,
     VadEvent,
+    is_draft,
     now_ns,
     trace_ns,
 )
@@ -44,6 +45,8 @@ def describe(msg: Message, recv_ns: int) -> dict:
         row["utt"] = msg.utt
     if isinstance(msg, (Transcript, Translation)):
         row["text"] = msg.text
+    if is_draft(msg):
+        row["detail"] = "draft: the utterance if it ends at this pause"
     if isinstance(msg, PcmMessage):
         row["audio_s"] = round(msg.duration_s, 3)
     if isinstance(msg, (VadEvent, PlaybackEvent)):

@@ -82,7 +82,7 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                         print(f"voxweft: not spoken ({msg.reason}): "
                               f"{said.get(msg.utt, msg.utt)}", file=out, flush=True)
                     said.pop(msg.utt, None)
-                elif isinstance(msg, Translation):
+                elif isinstance(msg, Translation) and msg.final:
                     sources.pop(msg.utt, None)
                     said[msg.utt] = msg.text
                     while len(said) > 256:   # a player that is down says nothing

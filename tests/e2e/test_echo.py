@@ -68,7 +68,7 @@ def live_session(short_tmp, echo_mode: str) -> list[Transcript]:
         sub.close(0)
         ctx.term()
     committed = [m.utt for m in seen if isinstance(m, VadEvent) and m.event == "end"]
-    transcripts = [m for m in seen if isinstance(m, Transcript)]
+    transcripts = [m for m in seen if isinstance(m, Transcript) and m.final]
     for m in seen:   # what happened, for the log of a failed run
         if isinstance(m, VadEvent | PlaybackEvent):
             print(f"{m.sent_ns / 1e9:.3f} {m.TYPE} {m.utt} {m.event}")

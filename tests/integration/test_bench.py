@@ -87,6 +87,20 @@ def test_lag_and_budget(report):
     assert budget["verdict"][0].startswith("budget on _interpret: continuous speech needs asr")
 
 
+def test_speculation(report):
+    out, r = report
+    spec = r["speculation"]
+    # Each utterance ends at a pause: a draft went out before each commit, and asr used
+    # the drafts of the pauses that ended them (it handles the draft, then the commit).
+    assert spec["utterances"] == 2 and spec["drafts_sent"] >= 2
+    asr = spec["stages"]["asr"]
+    assert asr["made"] == spec["drafts_sent"] and asr["used"] >= 1
+    assert asr["made"] == asr["used"] + asr["wasted"]   # none left over at the end
+    assert 0 < asr["hit_rate"] <= 1 and asr["cost_s"] > 0
+    assert set(spec["stages"]) == {"asr", "mt", "tts"}
+    assert "## Speculative endpointing" in (out / "report.md").read_text()
+
+
 def test_floor_quality_resources_and_bus(report):
     _out, r = report
     floor = r["floor"]

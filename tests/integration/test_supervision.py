@@ -257,7 +257,7 @@ def test_two_hosts_split_pipeline(short_tmp):
         while time.monotonic() < deadline and "finished" not in seen:
             if sub.poll(500):
                 msg = decode(sub.recv_multipart())
-                if isinstance(msg, Translation):
+                if isinstance(msg, Translation) and msg.final:
                     seen["translation"] = msg.text
                 elif isinstance(msg, PlaybackEvent):
                     seen[msg.event] = msg

@@ -48,11 +48,20 @@ def test_segment_pcm_is_exactly_the_captured_samples():
     seg = SegmenterActor(topo, topo.actors["segmenter"])
     out = run_actor(seg, frames_of(stream) + [EndOfStream(media_s=len(stream) / 16000)],
                     src="capture")
-    segments = [m for m in out if isinstance(m, Segment)]
+    segments = [m for m in out if isinstance(m, Segment) and m.final]
     assert len(segments) == 1
     s = segments[0]
     start = round(s.media_start_s * 16000)
     np.testing.assert_array_equal(s.pcm, stream[start:start + len(s.pcm)])
+    # Drafts went out at pauses before it (same id), each the captured samples too; the
+    # last, at the pause that closed it, is the segment itself.
+    drafts = [m for m in out if isinstance(m, Segment) and not m.final]
+    assert drafts and all(d.utt == s.utt for d in drafts)
+    assert out.index(drafts[-1]) < out.index(s)
+    assert drafts[-1].pcm.tobytes() == s.pcm.tobytes()
+    for d in drafts:
+        first = round(d.media_start_s * 16000)
+        np.testing.assert_array_equal(d.pcm, stream[first:first + len(d.pcm)])
     assert s.src_lang == "en" and s.sample_rate == 16000
     events = [m.event for m in out if isinstance(m, VadEvent)]
     assert events == ["start", "end"]
@@ -247,7 +256,7 @@ def test_echo_gate_ignores_what_is_heard_while_the_player_plays():
                         player={"sink": "device"})
         seg = SegmenterActor(topo, topo.actors["segmenter"])
         out = run_actor(seg, inputs, src="capture")
-        return [m for m in out if isinstance(m, Segment)], seg
+        return [m for m in out if isinstance(m, Segment) and m.final], seg
 
     gated, seg = run("gate")
     assert len(gated) == 2, [(s.media_start_s, s.media_end_s) for s in gated]

@@ -73,6 +73,35 @@ def test_asr_actor_keeps_utterance_id_languages_and_trace(whisper):
     assert out.media_start_s == 1.0
 
 
+def test_asr_final_takes_the_draft_of_the_same_speech(whisper):
+    topo = load(None)
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    audio = read_16k(corpus_clips()[3])
+    end = len(audio) / 16000
+
+    def seg(utt, pcm, speech_end, final):
+        return Segment(utt=utt, src_lang="en", pcm=pcm, media_start_s=0.0,
+                       media_end_s=len(pcm) / 16000, final=final,
+                       trace=(("speech_end", 5, speech_end),))
+
+    half = audio[:len(audio) // 2]
+    out = run_actor(actor, [
+        seg("x", audio, end - 0.1, False), seg("x", audio, end - 0.1, True),   # paused, ended
+        seg("y", half, 1.0, False), seg("y", audio, end - 0.1, True),          # went on
+    ], src="segmenter", loaded=True)
+    assert [(m.utt, m.final) for m in out] == [("x", False), ("x", True), ("y", False),
+                                               ("y", True)]
+    assert out[0].text == out[1].text and "surpassed" in out[1].text.lower()
+    assert "surpassed" in out[3].text.lower() and out[2].text != out[3].text
+    taken = out[1].trace
+    assert (taken[-1][1] - taken[-2][1]) / 1e6 < 5   # no transcription: the draft's text
+    assert (actor.counters["drafts"], actor.counters["drafts_used"],
+            actor.counters["drafts_wasted"]) == (2, 1, 1)
+    assert actor.counters["draft_wasted_ms"] > 0
+    assert [t[1] for t in actor.taken] == [0.0, 0.0]   # drafts are not taken speech
+
+
 @pytest.fixture(scope="module")
 def translator():
     engine = FastTranslateEngine()
@@ -97,12 +126,39 @@ def test_mt_actor_translates_and_refuses_the_wrong_language(translator):
               Transcript(utt="c", src_lang="en", text="", final=True),
               Transcript(utt="d", src_lang="en", text="Good", final=False)]
     out = run_actor(actor, inputs, src="asr", loaded=True)
-    assert [m.utt for m in out] == ["a", "b", "c"]
+    assert [(m.utt, m.final) for m in out] == [("a", True), ("b", True), ("c", True),
+                                               ("d", False)]   # a draft stays a draft
+    out = out[:3]
     assert all(isinstance(m, Translation) and m.tgt_lang == "pt" for m in out)
     assert "bom dia" in out[0].text.lower()
     assert out[1].text == "" and actor.counters["refused_lang"] == 1
     assert out[2].text == ""
     assert np.all([m.source_text == i.text for m, i in zip(out, inputs, strict=False)])
+
+
+def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
+    topo = load(None)
+    actor = MtActor(topo, topo.actors["mt"])
+    actor.engine = translator
+    calls = []
+    real = translator.translate
+    actor.engine.translate = lambda *a: calls.append(a) or real(*a)
+    try:
+        out = run_actor(actor, [
+            Transcript(utt="a", src_lang="en", text="Good morning.", final=False),
+            Transcript(utt="a", src_lang="en", text="Good morning."),        # the same: taken
+            Transcript(utt="b", src_lang="en", text="The book", final=False),
+            Transcript(utt="b", src_lang="en", text="The book is on the table."),  # went on
+        ], src="asr", loaded=True)
+    finally:
+        del actor.engine.translate
+    assert [(m.utt, m.final) for m in out] == [("a", False), ("a", True), ("b", False),
+                                               ("b", True)]
+    assert out[0].text == out[1].text and "bom dia" in out[1].text.lower()
+    assert "livro" in out[3].text.lower() and "mesa" in out[3].text.lower()
+    assert [c[0] for c in calls] == ["Good morning.", "The book", "The book is on the table."]
+    assert actor.counters["drafts"] == 2 and actor.counters["drafts_used"] == 1
+    assert actor.counters["drafts_wasted"] == 1
 
 
 def test_a_restarted_utterance_is_cut_to_one():

@@ -58,6 +58,10 @@ def sample_report():
                 "slope_ci95_s_per_min": 0.27, "slope_distinguishable_from_zero": False,
                 "steps": {"speedup": 40, "long_chunks": 12, "backlog_engine": 0, "skip": 2},
                 "not_spoken": 2, "utterances": 65},
+        "speculation": {"utterances": 65, "drafts_sent": 90, "stages": {
+            "asr": {"made": 90, "used": 60, "wasted": 30, "not_needed": 0, "hit_rate": 0.667,
+                    "utterances_ahead": 0.923, "cost_s": 18.2, "wasted_s": 6.1,
+                    "wasted_s_per_min": 1.52}}},
         "budget": {"engines": {"asr": {"cpu": 0.061, "rtf": 0.036, "first_s": 0.43,
                                        "cores": 2.0}},
                    "keeps_up": True, "verdict": ["budget on local: ... keeps up"]},
@@ -114,7 +118,9 @@ def test_markdown_full_report_has_key_figures():
                    "slope -0.012 ± 0.270 s per minute (flat within noise)",
                    "speedup 40, long_chunks 12, backlog_engine 0, skip 2; not spoken 2 of 65",
                    "## CPU budget", "| asr | 0.061 | 0.036 | 0.430 |",
-                   "- budget on local: ... keeps up"):
+                   "- budget on local: ... keeps up",
+                   "## Speculative endpointing", "drafts sent by the segmenter: 90, for 65",
+                   "| asr | 90 | 60 | 30 | 0 | 0.67 | 0.92 | 18.20 | 6.10 | 1.52 |"):
         assert needle in md, needle
     assert md.count("\n") < 95          # compact
 

@@ -31,6 +31,20 @@ def test_seen_tells_duplicates_by_type_utterance_and_index():
     assert speech("a", 0) not in seen   # bounded: the oldest is forgotten
 
 
+def test_drafts_are_neither_held_nor_remembered():
+    box, seen = Outbox(), Seen()
+    draft = Transcript(utt="a", text="The book", final=False)
+    assert box.keep(draft) is None and len(box) == 0
+    seen.add(draft)
+    assert draft not in seen
+    final = Transcript(utt="a", text="The book is on the table.")
+    assert final not in seen   # the final message of the utterance is new after its draft
+    box.keep(final)
+    seen.add(final)
+    assert list(box.all()) == [final] and final in seen
+    assert Transcript(utt="a", text="The book", final=False) not in seen   # drafts: always new
+
+
 def status(epoch, peers, links=None):
     return Status(src="mt", epoch=epoch, peers=peers, links=links or {})
 

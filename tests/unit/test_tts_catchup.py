@@ -49,3 +49,46 @@ def test_tts_catches_up_with_the_player():
     assert actor.backlog_s(time.time_ns()) == 0.0
     out = run_actor(actor, [_say("c", "Sim.")], src="mt", loaded=True)
     assert _speed(out, "c") == 1.0
+
+
+def _draft(utt: str, text: str) -> Translation:
+    return Translation(utt=utt, src_lang="en", tgt_lang="pt", source_text="-", text=text,
+                       final=False)
+
+
+def test_tts_makes_a_draft_first_chunk_ahead_and_sends_it_only_for_the_same_text():
+    raw = copy.deepcopy(load(None).raw)
+    raw["actors"]["tts"].update(engine="espeak", settings={})
+    topo = parse(raw)
+    actor = TtsActor(topo, topo.actors["tts"])
+    text = "Nunca foi superado, disse ele."
+
+    def played(utt):   # the player says it has played `utt`: nothing queued
+        run_actor(actor, [PlaybackEvent(utt=utt, event=e, epoch=7, trace=(
+            (f"play.{e[:5]}", time.time_ns(), None),)) for e in ("started", "finished")],
+            src="player", loaded=True)
+
+    reference = run_actor(actor, [_say("ref", text)], src="mt")
+    ref_chunks = [m.pcm for m in reference if isinstance(m, SpeechChunk) and not m.last]
+    played("ref")
+
+    # A draft is never spoken: nothing goes out, the first chunk is kept.
+    assert run_actor(actor, [_draft("a", text)], src="mt", loaded=True) == []
+    assert actor.counters["drafts"] == 1 and len(actor.drafts) == 1
+    out = run_actor(actor, [_say("a", text)], src="mt", loaded=True)
+    chunks = [m for m in out if isinstance(m, SpeechChunk)]
+    assert chunks[-1].last and [c.index for c in chunks] == list(range(len(chunks)))
+    assert [c.pcm.tobytes() for c in chunks[:-1]] == [c.tobytes() for c in ref_chunks]
+    assert actor.counters["drafts_used"] == 1 and len(actor.drafts) == 0
+    played("a")
+
+    # The speaker went on: the final text differs, the draft is dropped, the final spoken.
+    run_actor(actor, [_draft("b", "Nunca")], src="mt", loaded=True)
+    out = run_actor(actor, [_say("b", text)], src="mt", loaded=True)
+    assert [c.pcm.tobytes() for c in out if isinstance(c, SpeechChunk) and not c.last] == \
+        [c.tobytes() for c in ref_chunks]
+    assert actor.counters["drafts_wasted"] == 1
+
+    # With more speech queued at the player than a first chunk takes, no draft is made.
+    run_actor(actor, [_draft("c", text)], src="mt", loaded=True)
+    assert actor.counters["drafts_not_needed"] == 1 and len(actor.drafts) == 0

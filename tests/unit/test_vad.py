@@ -28,6 +28,7 @@ from actors.vad import (
     SpeechStarted,
     Utterance,
     UtteranceEnded,
+    UtterancePaused,
     UtteranceSegmenter,
 )
 
@@ -76,12 +77,17 @@ def utterances(events: list) -> list[Utterance]:
 
 
 def assert_events_paired(events: list) -> None:
-    """Every SpeechStarted(i) is closed by exactly one UtteranceEnded(i) or SpeechDiscarded(i)."""
+    """Every SpeechStarted(i) is closed by exactly one UtteranceEnded(i) or SpeechDiscarded(i).
+
+    Drafts (UtterancePaused) come only while utterance i is open, and carry index i.
+    """
     open_index = None
     for event in events:
         if isinstance(event, SpeechStarted):
             assert open_index is None, events
             open_index = event.index
+        elif isinstance(event, UtterancePaused):
+            assert open_index is not None and event.utterance.index == open_index, events
         else:
             index = event.index if isinstance(event, SpeechDiscarded) else event.utterance.index
             assert index == open_index, events
@@ -370,7 +376,8 @@ def test_flush_closes_open_utterance(vad, clips):
     events = []
     for start in range(0, len(stream), FRAME):
         events += segmenter.push(stream[start : start + FRAME])
-    assert [type(e) for e in events] == [SpeechStarted]  # still talking at end of stream
+    # Still talking at the end of the stream (a draft or two at pauses inside the clip).
+    assert [type(e) for e in events if not isinstance(e, UtterancePaused)] == [SpeechStarted]
 
     closing = segmenter.flush()
     assert [type(e) for e in closing] == [UtteranceEnded]
@@ -413,6 +420,7 @@ def test_push_rejects_non_float32_and_multichannel(vad):
         ("hangover_ms", 20_000),
         ("pre_roll_ms", -10),
         ("post_roll_ms", 400),  # longer than hangover_ms
+        ("speculate_ms", 300),  # not before the hangover ends
         ("max_segment_s", 0.5),
         ("max_segment_s", float("nan")),
         ("threshold", True),
@@ -424,6 +432,44 @@ def test_config_validation_names_the_field(vad, field, value):
         config.validate()
     with pytest.raises(ValueError, match=field):
         UtteranceSegmenter(config, vad)
+
+
+def drafts(events: list) -> list[Utterance]:
+    return [e.utterance for e in events if isinstance(e, UtterancePaused)]
+
+
+def test_a_pause_sends_a_draft_the_same_as_the_utterance_it_closes(vad, two_clip_stream):
+    stream, _ = two_clip_stream
+    events = feed(UtteranceSegmenter(SegmenterConfig(speculate_ms=100), vad), stream)
+    assert_events_paired(events)
+    found, ahead = utterances(events), drafts(events)
+    assert len(found) == 2 and len(ahead) >= 2
+    for utterance in found:
+        # The last draft of each utterance, sent before it closed: the very same samples
+        # (speculate_ms >= post_roll_ms), so asr may keep its transcript.
+        draft = [d for d in ahead if d.index == utterance.index][-1]
+        assert events.index(next(e for e in events if isinstance(e, UtterancePaused)
+                                 and e.utterance is draft)) < events.index(
+            next(e for e in events if isinstance(e, UtteranceEnded) and e.utterance is utterance))
+        assert (draft.start_sample, draft.end_sample, draft.speech_end_sample) == (
+            utterance.start_sample, utterance.end_sample, utterance.speech_end_sample)
+        assert draft.pcm.tobytes() == utterance.pcm.tobytes()
+    assert drafts(feed(UtteranceSegmenter(SegmenterConfig(speculate_ms=0), vad), stream)) == []
+
+
+def test_a_draft_at_a_short_pause_is_not_the_utterance_when_speech_goes_on(vad, clips):
+    a, b = trimmed(clips["LJ001-0008"]), trimmed(clips["LJ001-0013"])
+    stream, (_, _, _, b_start, _) = build(silence(1), a, silence(0.2), b, silence(1))
+    config = SegmenterConfig(hangover_ms=300, speculate_ms=64, post_roll_ms=64)
+    events = feed(UtteranceSegmenter(config, vad), stream)
+    assert_events_paired(events)
+    [utterance] = utterances(events)
+    early = [d for d in drafts(events) if d.end_sample <= b_start]
+    assert early, "the 200 ms pause between the clips sends a draft"
+    # The draft of the pause ends before the speech that followed it: the final utterance
+    # has a later speech end, so nothing made from the draft can be taken for it.
+    assert all(d.speech_end_sample < utterance.speech_end_sample for d in early)
+    assert all(d.pcm.tobytes() == stream[d.start_sample:d.end_sample].tobytes() for d in early)
 
 
 def test_default_config_is_valid():
