@@ -6,6 +6,7 @@ import abc
 import collections
 import importlib.resources
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -15,10 +16,43 @@ import numpy as np
 from actors import budget
 from actors.drafts import Drafts
 from actors.runtime import Actor, StartupError
-from protocol.messages import Done, Message, Segment, Transcript, is_draft, now_ns, traced
+from protocol.messages import (
+    Cut,
+    Done,
+    Message,
+    Segment,
+    Transcript,
+    is_draft,
+    now_ns,
+    traced,
+)
 
 RATE = 16000
 log = logging.getLogger("voxweft.asr")
+#: A committed prefix ends with one of these (in the later of the two drafts)...
+CLAUSE_MARKS = ",;:.?!"
+#: ...and has at least this many words: a clause, not a hesitation.
+MIN_PREFIX_WORDS = 3
+
+
+def agreed_prefix(earlier: str, later: str) -> bool:
+    """Whether `later` (a longer draft) agrees with `earlier` on all its words, then a clause mark.
+
+    Two successive drafts of a growing utterance, the second with more audio: when the
+    second starts with the very words of the first (case and punctuation aside) and puts a
+    clause mark after them, both hypotheses agree on what the audio up to the first pause
+    says, and the pause is a clause boundary. Then that part can be committed.
+    """
+    a, b = earlier.split(), later.split()
+    if len(a) < MIN_PREFIX_WORDS or len(b) <= len(a):
+        return False
+
+    def norm(word: str) -> str:
+        return re.sub(r"[^\w']", "", word.lower())
+
+    if [norm(w) for w in a] != [norm(w) for w in b[:len(a)]]:
+        return False
+    return b[len(a) - 1].rstrip("\"')»”")[-1:] in CLAUSE_MARKS
 
 
 class AsrEngine(abc.ABC):
@@ -270,6 +304,11 @@ class AsrActor(Actor):
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
         # Transcripts of drafts (speculative endpointing), by the speech they were made from.
         self.drafts = Drafts(self.counters)
+        # The last draft of each open utterance: (its speech, text, segment), to find the
+        # words two successive drafts agree on (simultaneous commits, see `agreed_prefix`).
+        self.last_draft: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        seg = topology.actors["segmenter"]
+        self.cuts = bool(seg.commit_prefixes and seg.speculate_ms)
 
     def pulls(self) -> bool:
         """ASR is a worker of the segment queue."""
@@ -301,6 +340,24 @@ class AsrActor(Actor):
         lang = "en" if "en" in self.engine.languages() else self.config.src_lang
         self.budget = budget.with_variants(budget.measure(
             lambda: (self.engine.transcribe(audio, lang),), len(audio) / RATE), self.engine)
+
+    def _cut(self, msg: Segment, speech: tuple, text: str) -> Cut | None:
+        """A Cut when this draft and the one before it agree up to the earlier one's pause."""
+        earlier = self.last_draft.pop(msg.utt, None)
+        self.last_draft[msg.utt] = (speech, text, msg)
+        while len(self.last_draft) > 8:
+            self.last_draft.popitem(last=False)
+        if not self.cuts or earlier is None:
+            return None
+        (stream, start, speech_end, lang), before, seg = earlier
+        if (stream, start, lang) != (speech[0], speech[1], speech[3]) or \
+                not agreed_prefix(before, text):
+            return None
+        del self.last_draft[msg.utt]
+        self.counters["cuts_proposed"] += 1
+        self.log.info("asr: %s agreed up to %.2f s: %r", msg.utt, seg.media_end_s, before)
+        return Cut(utt=msg.utt, stream=stream, media_start_s=start,
+                   media_end_s=seg.media_end_s, speech_end_s=speech_end, text=before)
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Transcribe one segment in the language the message names.
@@ -339,6 +396,7 @@ class AsrActor(Actor):
                   next((m for n, _w, m in msg.trace if n == "speech_end"), None), lang)
         start = now_ns()
         text = None if is_draft(msg) else self.drafts.take(msg.utt, speech)
+        taken = text is not None
         if text is None:
             pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
             if msg.sample_rate != RATE:
@@ -348,11 +406,21 @@ class AsrActor(Actor):
             text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")
         spent = (trace[-1][1] - start) / 1e9
-        if is_draft(msg):
-            self.drafts.keep(msg.utt, speech, text, spent)
+        if taken:
+            trace = traced(trace, "asr.draft")   # the text was made ahead, from a draft
         self.log.info("asr: %s%s [%s] %r (%.2f s audio, %.0f ms)", msg.utt,
                       " (draft)" if is_draft(msg) else "", lang, text, msg.duration_s,
                       spent * 1000)
+        if not is_draft(msg):
+            self.last_draft.pop(msg.utt, None)
+        else:
+            self.drafts.keep(msg.utt, speech, text, spent)
+            cut = self._cut(msg, speech, text)
+            if cut is not None:
+                # Its utterance is to end at the earlier pause: this draft would be wasted
+                # work downstream (mt, and tts before the committed part).
+                yield cut
+                return
         yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=msg.final,
                          media_start_s=msg.media_start_s, media_end_s=msg.media_end_s,
                          trace=trace)

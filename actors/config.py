@@ -86,6 +86,8 @@ class SegmenterActorConfig(ActorConfig):
     post_roll_ms: int = 100
     max_segment_s: float = 15.0
     speculate_ms: int = 100
+    # Commit a long utterance up to an earlier pause when asr says two drafts agree on it.
+    commit_prefixes: bool = True
     # Echo: "gate" ignores what the microphone hears while the player is playing (and for
     # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
     echo_mode: str = "gate"

@@ -493,9 +493,12 @@ class MtActor(Actor):
         tgt = self.config.tgt_lang
         start = now_ns()
         text = None if is_draft(msg) else self.drafts.take(msg.utt, (msg.src_lang, msg.text))
+        taken = text is not None
         if text is None:
             text = self._translate(msg, tgt)
         trace = traced(traced(self.arrived(msg.trace, "mt"), "mt.start", start), "mt.end")
+        if taken:
+            trace = traced(trace, "mt.draft")
         if is_draft(msg):
             self.drafts.keep(msg.utt, (msg.src_lang, msg.text), text,
                              (trace[-1][1] - start) / 1e9)

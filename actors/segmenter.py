@@ -19,6 +19,7 @@ from actors.vad import (
 )
 from protocol.messages import (
     AudioFrame,
+    Cut,
     EndOfStream,
     Message,
     PlaybackEvent,
@@ -71,6 +72,8 @@ class SegmenterActor(Actor):
         playback events drive the echo gate.
         """
         subs = [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
+        if self.config.commit_prefixes and self.vad_config.speculate_ms:
+            subs.append(("asr", b"cut."))
         if self.echo_gate:
             subs.append(("player", b"playback."))
         return subs
@@ -143,11 +146,27 @@ class SegmenterActor(Actor):
         return any(start <= capture_ns and (end is None or capture_ns < end + tail)
                    for start, end in self.playback.values())
 
+    def _on_cut(self, msg: Cut) -> Iterator[Message]:
+        """The open utterance's words are agreed (by asr) up to an earlier pause: commit them."""
+        index = next((i for i, utt in self.ids.items() if utt == msg.utt), None)
+        events = [] if index is None or msg.stream != self.stream else self.segmenter.cut(
+            round(msg.media_end_s * RATE), round(msg.speech_end_s * RATE))
+        if not events:
+            self.counters["cuts_late"] += 1   # it has ended (or been cut) meanwhile
+            return
+        self.counters["cuts"] += 1
+        self.log.info("segmenter: %s committed up to the pause at %.2f s (%r); the rest goes "
+                      "on", msg.utt, msg.media_end_s, msg.text)
+        yield from self._events(events)
+
     def handle(self, msg: Message) -> Iterator[Message]:
         """Feed frames to the VAD; turn its events into messages."""
         if isinstance(msg, PlaybackEvent):
             if self.echo_gate:
                 self._on_playback(msg)
+            return
+        if isinstance(msg, Cut):
+            yield from self._on_cut(msg)
             return
         if isinstance(msg, (AudioFrame, EndOfStream)) and msg.for_epoch not in (0, self.epoch):
             self.counters["frames_for_predecessor"] += 1   # the source rewinds for us

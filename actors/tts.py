@@ -168,6 +168,7 @@ class TtsActor(Actor):
         if draft is not None and not plan.skip:
             plan, engine, ahead = draft.plan, draft.engine, draft.made_s
             chunks = itertools.chain([draft.first], draft.rest)
+            trace = traced(trace, "tts.draft")
         else:
             if draft is not None:
                 draft.rest.close()

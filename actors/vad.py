@@ -395,6 +395,27 @@ class UtteranceSegmenter:
         self._reset_stream()
         return events
 
+    def cut(self, end: int, speech_end: int) -> list[Event]:
+        """Close the open utterance at ``end``, an earlier pause, and go on with the rest.
+
+        ``end`` and ``speech_end`` are those of a draft of the open utterance
+        (``UtterancePaused``) after which the speaker went on: the utterance closes with the
+        very samples of that draft, and the rest continues at once as the next utterance
+        from ``end``, as after a forced split (pieces tile the stream). Nothing happens
+        (``[]``) when no utterance is open, ``end`` is not inside it, or no speech came after
+        ``speech_end`` (the hangover will close it anyway).
+        """
+        if not self._in_speech or not self._start < speech_end <= end < self._speech_end:
+            return []
+        events: list[Event] = [UtteranceEnded(self._emit(end, speech_end, forced=False))]
+        self._continuation = True   # the same speech going on: no pre-roll, no minimum
+        self._start = self._speech_start = end
+        recent = [(start, prob) for start, prob in self._recent if start >= end]
+        self._recent.clear()
+        self._recent.extend(recent)
+        events.append(SpeechStarted(self._next_index, end))
+        return events
+
     # -- state machine -------------------------------------------------------------------
 
     def _on_window(self, window_start: int, prob: float, events: list[Event]) -> None:

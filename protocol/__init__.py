@@ -5,6 +5,7 @@ from protocol.messages import (
     MAJOR,
     REGISTRY,
     AudioFrame,
+    Cut,
     Done,
     EndOfStream,
     Message,
@@ -22,7 +23,7 @@ from protocol.messages import (
 )
 
 __all__ = [
-    "MAJOR", "REGISTRY", "AudioFrame", "Done", "EndOfStream", "Message", "PlaybackEvent",
+    "MAJOR", "REGISTRY", "AudioFrame", "Cut", "Done", "EndOfStream", "Message", "PlaybackEvent",
     "ProtocolError", "Segment", "SpeechChunk", "Status", "Supervision", "Transcript", "Translation",
     "VadEvent", "decode", "encode", "now_ns", "trace_ns", "traced",
 ]

@@ -20,7 +20,8 @@ MAJOR = 1
 
 #: One trace entry: (event name, wall-clock ns, media time in s or None).
 #: Event names are "capture", "speech_start", "speech_end", "segment" and
-#: "<stage>.recv|start|first|end" for asr, mt, tts and "play.start|end" for the player.
+#: "<stage>.recv|start|first|end" for asr, mt, tts and "play.start|end" for the player;
+#: "<stage>.draft" marks a stage that took the work it did ahead on a draft (see is_draft).
 TraceEvent = tuple[str, int, "float | None"]
 Trace = tuple[TraceEvent, ...]
 
@@ -124,6 +125,25 @@ class Segment(PcmMessage):
     #: False: a draft (see `is_draft`), sent when a pause begins, before the hangover commits.
     final: bool = True
     trace: Trace = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cut(Message):
+    """asr -> segmenter: commit the open utterance `utt` up to an earlier pause, now.
+
+    Sent when two successive drafts of a growing utterance agree on its words up to the
+    earlier draft's end, and the later one puts a clause mark there (actors.asr). The
+    segmenter, if `utt` is still open, closes it at `media_end_s` (the earlier draft's end,
+    inside its pause) as an utterance of its own, and the rest goes on as the next one.
+    """
+
+    TYPE: ClassVar[str] = "cut"
+    utt: str = ""
+    stream: str = ""
+    media_start_s: float = 0.0   # the draft's audio: where the utterance starts...
+    media_end_s: float = 0.0     # ...where it is cut
+    speech_end_s: float = 0.0    # the end of its last speech (the cut is after it)
+    text: str = ""               # what the committed part says (the earlier draft's words)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,7 +268,7 @@ class Supervision(Message):
 #: The closed registry. Nothing on the wire is resolved by name outside this table.
 REGISTRY: dict[str, type[Message]] = {
     cls.TYPE: cls
-    for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Transcript, Translation,
+    for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Cut, Transcript, Translation,
                 SpeechChunk, PlaybackEvent, Done, Status, Supervision)
 }
 

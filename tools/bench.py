@@ -326,6 +326,8 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "stages_s": dict.fromkeys(STAGES)}
         speech_end = trace_ns(ev.trace if ev else (t.trace if t else ()), "speech_end")
         f = floor_rows.get(utt, {})
+        # Stages that took work done ahead on a draft (speculative endpointing).
+        drafted = [s for s in ("asr", "mt", "tts") if ev and trace_ns(ev.trace, f"{s}.draft")]
         rows.append({
             "utt": utt, "file": placed[where].item.name if where is not None else None,
             "placed": where,
@@ -337,7 +339,10 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "not_spoken": collected.unspoken(utt), **lat,
             "speech_end_to_first_voiced_s": _first_voiced(collected, utt,
                                                           lat["speech_end_to_first_audio_s"]),
-            "pipeline_s": _pipeline_s(ev.trace, lat["stages_s"]) if ev else None,
+            "drafted": drafted,
+            # Work done before the commit is not in the pipeline's time: not comparable.
+            "pipeline_s": _pipeline_s(ev.trace, lat["stages_s"]) if ev and not drafted
+            else None,
             "floor_s": f.get("total"),
             "floor_stages_s": {k: f.get(k) for k in ("asr", "mt", "tts_first_chunk")},
             "wall_s": round((speech_end - t0_ns) / 1e9, 3) if speech_end and t0_ns else None,
@@ -364,7 +369,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         # What was lost, refused or dropped, per actor (live audio: capture's dropped_ms).
         "drops": _drops(collected.statuses),
         "lag": _lag(collected, rows, max_lag_s),
-        "speculation": _speculation(collected, len(rows), duration_s),
+        "speculation": _speculation(collected, rows, duration_s),
         "asr_word_lag": _word_lag(collected, floor_rows, None if fast else t0_ns),
         "budget": _budget(collected, topology),
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
@@ -421,7 +426,7 @@ def _lag(collected: BenchCollector, rows: list[dict], max_lag_s: float) -> dict:
     }
 
 
-def _speculation(collected: BenchCollector, utterances: int, duration_s: float) -> dict:
+def _speculation(collected: BenchCollector, rows: list[dict], duration_s: float) -> dict:
     """Speculative endpointing: drafts sent at pauses, and what each stage did with them.
 
     Per stage: drafts made, used by the final message (hit rate = used / made), wasted
@@ -430,8 +435,18 @@ def _speculation(collected: BenchCollector, utterances: int, duration_s: float) 
     not make because speech queued at the player would have hidden the gain.
     """
     segmenter = (collected.statuses.get("segmenter") or [None])[-1]
-    out: dict = {"utterances": utterances,
-                 "drafts_sent": segmenter.counters.get("drafts", 0) if segmenter else None,
+    counters = segmenter.counters if segmenter else {}
+    ahead = [r for r in rows if "tts" in (r.get("drafted") or ())]
+    others = [r for r in rows if "tts" not in (r.get("drafted") or ())]
+    out: dict = {"utterances": len(rows),
+                 "drafts_sent": counters.get("drafts") if segmenter else None,
+                 "cuts": counters.get("cuts", 0), "cuts_late": counters.get("cuts_late", 0),
+                 # The headline for utterances whose first chunk was made ahead, and the rest
+                 # (often queued behind earlier speech at the player: no draft was needed).
+                 "first_audio_s": {
+                     "first_chunk_ahead": summarize(
+                         [r["speech_end_to_first_audio_s"] for r in ahead]),
+                     "not_ahead": summarize([r["speech_end_to_first_audio_s"] for r in others])},
                  "stages": {}}
     minutes = duration_s / 60 if duration_s else None
     for actor in ("asr", "mt", "tts"):
@@ -444,7 +459,7 @@ def _speculation(collected: BenchCollector, utterances: int, duration_s: float) 
             "made": made, "used": used, "wasted": c.get("drafts_wasted", 0),
             "not_needed": c.get("drafts_not_needed", 0),
             "hit_rate": round(used / made, 3) if made else None,
-            "utterances_ahead": round(used / utterances, 3) if utterances else None,
+            "utterances_ahead": round(used / len(rows), 3) if rows else None,
             "cost_s": round(c.get("draft_ms", 0) / 1000, 2),
             "wasted_s": round(c.get("draft_wasted_ms", 0) / 1000, 2),
             "wasted_s_per_min": (round(c.get("draft_wasted_ms", 0) / 1000 / minutes, 3)

@@ -200,7 +200,14 @@ def markdown(report: dict) -> str:
     if isinstance(spec, dict) and spec.get("stages"):
         lines += ["", "## Speculative endpointing (drafts at pauses)", "",
                   f"- drafts sent by the segmenter: {_fmt(spec.get('drafts_sent'))}, for "
-                  f"{_fmt(spec.get('utterances'))} utterances", ""]
+                  f"{_fmt(spec.get('utterances'))} utterances; long utterances committed up "
+                  f"to an earlier pause (asr's drafts agreed): {_fmt(spec.get('cuts'))} "
+                  f"(too late: {_fmt(spec.get('cuts_late'))})",
+                  "- end of speech -> first audio p50 (n): first chunk made ahead "
+                  f"{_fmt(_get(spec, 'first_audio_s', 'first_chunk_ahead', 'p50'), 2)} s "
+                  f"({_fmt(_get(spec, 'first_audio_s', 'first_chunk_ahead', 'n'))}), not "
+                  f"{_fmt(_get(spec, 'first_audio_s', 'not_ahead', 'p50'), 2)} s "
+                  f"({_fmt(_get(spec, 'first_audio_s', 'not_ahead', 'n'))})", ""]
         lines += _table(["stage", "made", "used", "wasted", "not needed", "hit rate",
                          "utterances ahead", "cost s", "wasted s", "wasted s per min"],
                         [[a, st.get("made"), st.get("used"), st.get("wasted"),

@@ -15,6 +15,7 @@ from actors.segmenter import SegmenterActor
 from deploy.topology import load
 from protocol.messages import (
     AudioFrame,
+    Cut,
     EndOfStream,
     PlaybackEvent,
     Segment,
@@ -69,6 +70,34 @@ def test_segment_pcm_is_exactly_the_captured_samples():
                                                 "segment"]
     eos = [m for m in out if isinstance(m, EndOfStream)]
     assert eos and eos[0].utterances == 1
+
+
+def test_segmenter_commits_up_to_the_pause_asr_cuts_at():
+    clips = [read_16k(c) for c in corpus_clips()[3:5]]
+    stream = np.concatenate([np.zeros(16000, np.float32), clips[0],
+                             np.zeros(3200, np.float32), clips[1], np.zeros(16000, np.float32)])
+    frames = frames_of(stream)
+    topo = topology()
+    seg = SegmenterActor(topo, topo.actors["segmenter"])
+    half = (16000 + len(clips[0]) + 3200 + len(clips[1]) // 2) // 320
+    out = run_actor(seg, frames[:half], src="capture")
+    drafts = [m for m in out if isinstance(m, Segment) and not m.final]
+    pause = next(d for d in drafts if d.media_end_s < (16000 + len(clips[0]) + 3200) / 16000)
+    speech_end = dict((n, m) for n, _w, m in pause.trace)["speech_end"]
+    cut = Cut(src="asr", utt=pause.utt, stream=pause.stream, media_start_s=pause.media_start_s,
+              media_end_s=pause.media_end_s, speech_end_s=speech_end, text="has never been")
+    out = run_actor(seg, [cut, cut] + frames[half:] +   # the second one comes too late
+                    [EndOfStream(media_s=len(stream) / 16000)], src="capture", loaded=True)
+    finals = [m for m in out if isinstance(m, Segment) and m.final]
+    assert len(finals) == 2 and finals[0].utt == pause.utt != finals[1].utt
+    assert finals[0].pcm.tobytes() == pause.pcm.tobytes()   # asr has its text already
+    assert finals[1].media_start_s == pause.media_end_s     # the rest, from the cut on
+    assert [(m.utt, m.event) for m in out if isinstance(m, VadEvent)][:2] == [
+        (pause.utt, "end"), (finals[1].utt, "start")]
+    assert seg.counters["cuts"] == 1 and seg.counters["cuts_late"] == 1
+    assert ("asr", b"cut.") in seg.subscriptions()
+    off = topology(segmenter={"commit_prefixes": False})
+    assert ("asr", b"cut.") not in SegmenterActor(off, off.actors["segmenter"]).subscriptions()
 
 
 def test_segmenter_drops_frames_of_the_wrong_format():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jiwer
 import numpy as np
 import pytest
 
-from actors.asr import AsrActor, FasterWhisperEngine, _degenerate
+from actors.asr import AsrActor, FasterWhisperEngine, _degenerate, agreed_prefix
 from actors.mt import FastTranslateEngine, MtActor
 from deploy.topology import load
 from protocol.messages import Segment, Transcript, Translation
@@ -100,6 +101,47 @@ def test_asr_final_takes_the_draft_of_the_same_speech(whisper):
             actor.counters["drafts_wasted"]) == (2, 1, 1)
     assert actor.counters["draft_wasted_ms"] > 0
     assert [t[1] for t in actor.taken] == [0.0, 0.0]   # drafts are not taken speech
+
+
+@pytest.mark.parametrize(("earlier", "later", "agreed"), [
+    ("When the sun rose.", "When the sun rose, the birds sang", True),
+    ("when the Sun rose", "When the sun rose; the birds", True),
+    ("When the sun rose.", "When the sun rose the birds sang", False),   # no clause mark
+    ("When the sun rose.", "When the son rose, the birds sang", False),  # a word differs
+    ("The sun.", "The sun, the birds sang", False),                      # too short
+    ("When the sun rose.", "When the sun rose.", False),                 # nothing more
+])
+def test_agreed_prefix(earlier, later, agreed):
+    assert agreed_prefix(earlier, later) is agreed
+
+
+def test_asr_proposes_a_cut_when_two_drafts_agree_up_to_the_first_pause(whisper):
+    topo = load(None)
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    audio = read_16k(corpus_clips()[1])   # "produced the block books, which were the..."
+    pause = whisper.word_times(audio, "en")
+    # The first draft ends after the first clause, the second after the whole clip.
+    clause = next(end for word, _start, end in pause if word.endswith(","))
+    first_end = int((clause + 0.15) * 16000)
+
+    def draft(pcm, speech_end):
+        return Segment(utt="u", stream="s", src_lang="en", pcm=pcm, media_start_s=0.0,
+                       media_end_s=len(pcm) / 16000, final=False,
+                       trace=(("speech_end", 5, speech_end),))
+
+    out = run_actor(actor, [draft(audio[:first_end], clause),
+                            draft(audio, len(audio) / 16000 - 0.1)],
+                    src="segmenter", loaded=True)
+    assert [type(m).__name__ for m in out] == ["Transcript", "Cut"]
+    cut = out[1]
+    assert cut.utt == "u" and cut.text == out[0].text and cut.media_end_s == first_end / 16000
+    assert cut.speech_end_s == clause and actor.counters["cuts_proposed"] == 1
+    # The segmenter then commits exactly the first draft's audio: its text is taken.
+    (final,) = run_actor(actor, [dataclasses.replace(draft(audio[:first_end], clause),
+                                                     final=True)],
+                         src="segmenter", loaded=True)
+    assert final.final and final.text == cut.text and actor.counters["drafts_used"] == 1
 
 
 @pytest.fixture(scope="module")

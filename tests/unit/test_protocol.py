@@ -30,6 +30,7 @@ from protocol.messages import (
     MAJOR,
     REGISTRY,
     AudioFrame,
+    Cut,
     Done,
     EndOfStream,
     Message,
@@ -75,7 +76,9 @@ def _samples() -> list[Message]:
         Segment(src="segmenter", **ident, sample_rate=16000, pcm=_f32(16000), utt="u-0002",
                 src_lang="en", media_start_s=1.0, media_end_s=2.0, forced=True, trace=TRACE),
         Segment(src="segmenter", **ident, sample_rate=16000, pcm=_i16(800, 2), utt="u-0003",
-                src_lang="en", trace=()),
+                src_lang="en", final=False, trace=()),
+        Cut(src="asr", **ident, utt="u-0003", stream="mic:1", media_start_s=1.25,
+            media_end_s=4.5, speech_end_s=4.4, text="When the sun rose, "),
         Transcript(src="asr", **ident, utt="u-0002", src_lang="en",
                    text="Hello — naïve café, 日本語, emoji 🎉\n\ttabs", final=False,
                    media_start_s=1.0, media_end_s=2.0, trace=TRACE),
@@ -148,7 +151,7 @@ def _assert_equal(a: Message, b: Message) -> None:
 
 def test_samples_cover_the_registry():
     assert {type(m) for m in SAMPLES} == set(REGISTRY.values())
-    assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "transcript", "translation",
+    assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "cut", "transcript", "translation",
                              "speech", "playback", "done", "status", "supervision"}
 
 
@@ -476,7 +479,7 @@ def test_missing_optional_fields_take_defaults(cls: type[Message]):
 
 
 def test_missing_some_fields_keeps_others():
-    msg = SAMPLES[6]  # Transcript
+    msg = next(m for m in SAMPLES if isinstance(m, Transcript))
     out = decode(_with_header(msg, drop=("trace", "final", "media_end_s", "seq")))
     assert out == dataclasses.replace(msg, trace=(), final=True, media_end_s=0.0, seq=0)
 

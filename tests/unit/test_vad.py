@@ -472,5 +472,35 @@ def test_a_draft_at_a_short_pause_is_not_the_utterance_when_speech_goes_on(vad, 
     assert all(d.pcm.tobytes() == stream[d.start_sample:d.end_sample].tobytes() for d in early)
 
 
+def test_cut_commits_the_utterance_up_to_an_earlier_pause_and_goes_on(vad, clips):
+    a, b = trimmed(clips["LJ001-0008"]), trimmed(clips["LJ001-0013"])
+    stream, _ = build(silence(1), a, silence(0.2), b, silence(1))
+    config = SegmenterConfig(hangover_ms=300, speculate_ms=100)
+    whole = utterances(feed(UtteranceSegmenter(config, vad), stream))
+    assert len(whole) == 1   # the 200 ms pause does not end it
+
+    segmenter = UtteranceSegmenter(config, vad)
+    events, pause, done = [], None, False
+    for start in range(0, len(stream), FRAME):
+        new = segmenter.push(stream[start:start + FRAME])
+        events += new
+        pause = pause or next((e.utterance for e in new if isinstance(e, UtterancePaused)), None)
+        if pause is not None and not done and start >= pause.end_sample + SAMPLE_RATE // 2:
+            done = True   # half a second of speech later
+            # A cut outside the open utterance, or before speech went on, does nothing.
+            assert segmenter.cut(pause.start_sample - 1, pause.speech_end_sample) == []
+            events += segmenter.cut(pause.end_sample, pause.speech_end_sample)
+    events += segmenter.flush()
+    assert_events_paired(events)
+    first, rest = utterances(events)
+    # The committed part is the draft's very samples; the rest starts where it ends.
+    assert (first.start_sample, first.end_sample, first.speech_end_sample) == (
+        pause.start_sample, pause.end_sample, pause.speech_end_sample)
+    assert first.pcm.tobytes() == pause.pcm.tobytes() and not first.forced
+    assert rest.start_sample == first.end_sample and rest.end_sample == whole[0].end_sample
+    assert_pcm_exact(rest, stream)
+    assert rest.index == first.index + 1
+
+
 def test_default_config_is_valid():
     SegmenterConfig().validate()
