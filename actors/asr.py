@@ -304,9 +304,9 @@ class AsrActor(Actor):
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
         # Transcripts of drafts (speculative endpointing), by the speech they were made from.
         self.drafts = Drafts(self.counters)
-        # The last draft of each open utterance: (its speech, text, segment), to find the
-        # words two successive drafts agree on (simultaneous commits, see `agreed_prefix`).
-        self.last_draft: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        # The last draft at a pause of each open utterance: (its speech, text, segment), to
+        # find the words a later draft agrees on (simultaneous commits, see `agreed_prefix`).
+        self.pauses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         seg = topology.actors["segmenter"]
         self.cuts = bool(seg.commit_prefixes and seg.speculate_ms)
 
@@ -342,18 +342,25 @@ class AsrActor(Actor):
             lambda: (self.engine.transcribe(audio, lang),), len(audio) / RATE), self.engine)
 
     def _cut(self, msg: Segment, speech: tuple, text: str) -> Cut | None:
-        """A Cut when this draft and the one before it agree up to the earlier one's pause."""
-        earlier = self.last_draft.pop(msg.utt, None)
-        self.last_draft[msg.utt] = (speech, text, msg)
-        while len(self.last_draft) > 8:
-            self.last_draft.popitem(last=False)
+        """A Cut when this draft agrees with the utterance's last draft at a pause.
+
+        This draft (at a later pause, or grown since) heard more than the one at the pause:
+        when it starts with that one's words and puts a clause mark after them, the
+        utterance can be committed at that pause.
+        """
+        earlier = self.pauses.get(msg.utt)
+        if not msg.growing:   # a pause: the next drafts are checked against this one
+            self.pauses.pop(msg.utt, None)
+            self.pauses[msg.utt] = (speech, text, msg)
+            while len(self.pauses) > 8:
+                self.pauses.popitem(last=False)
         if not self.cuts or earlier is None:
             return None
         (stream, start, speech_end, lang), before, seg = earlier
         if (stream, start, lang) != (speech[0], speech[1], speech[3]) or \
                 not agreed_prefix(before, text):
             return None
-        del self.last_draft[msg.utt]
+        self.pauses.pop(msg.utt, None)
         self.counters["cuts_proposed"] += 1
         self.log.info("asr: %s agreed up to %.2f s: %r", msg.utt, seg.media_end_s, before)
         return Cut(utt=msg.utt, stream=stream, media_start_s=start,
@@ -412,14 +419,20 @@ class AsrActor(Actor):
                       " (draft)" if is_draft(msg) else "", lang, text, msg.duration_s,
                       spent * 1000)
         if not is_draft(msg):
-            self.last_draft.pop(msg.utt, None)
+            self.pauses.pop(msg.utt, None)
         else:
-            self.drafts.keep(msg.utt, speech, text, spent)
+            if msg.growing:
+                self.counters["rechecks"] += 1
+                self.counters["recheck_ms"] += round(spent * 1000)
+            else:
+                self.drafts.keep(msg.utt, speech, text, spent)
             cut = self._cut(msg, speech, text)
             if cut is not None:
                 # Its utterance is to end at the earlier pause: this draft would be wasted
                 # work downstream (mt, and tts before the committed part).
                 yield cut
+                return
+            if msg.growing:   # for asr alone
                 return
         yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=msg.final,
                          media_start_s=msg.media_start_s, media_end_s=msg.media_end_s,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,6 +15,7 @@ from actors.vad import (
     SpeechDiscarded,
     SpeechStarted,
     UtteranceEnded,
+    UtteranceGrowing,
     UtterancePaused,
     UtteranceSegmenter,
 )
@@ -46,7 +48,8 @@ class SegmenterActor(Actor):
             threshold=config.threshold, neg_threshold=config.neg_threshold,
             min_speech_ms=config.min_speech_ms, hangover_ms=config.hangover_ms,
             pre_roll_ms=config.pre_roll_ms, post_roll_ms=config.post_roll_ms,
-            max_segment_s=config.max_segment_s, speculate_ms=config.speculate_ms)
+            max_segment_s=config.max_segment_s, speculate_ms=config.speculate_ms,
+            recheck_ms=SegmenterConfig.recheck_ms if config.commit_prefixes else 0)
         self.vad_config.validate()
         self.vad: SileroVad | None = None
         self.segmenter: UtteranceSegmenter | None = None
@@ -240,6 +243,11 @@ class SegmenterActor(Actor):
                 self.counters["drafts"] += 1
                 yield self._segment(event.utterance, self._utt_id(event.utterance.index),
                                     final=False)
+            elif isinstance(event, UtteranceGrowing):
+                self.counters["drafts_growing"] += 1
+                yield dataclasses.replace(self._segment(
+                    event.utterance, self._utt_id(event.utterance.index), final=False),
+                    growing=True)
             elif isinstance(event, UtteranceEnded):
                 u = event.utterance
                 utt = self._utt_id(u.index, close=True)

@@ -160,6 +160,7 @@ class SegmenterConfig:
     post_roll_ms: int = 100  # audio kept after the last speech window
     max_segment_s: float = 15.0  # force a split (at a pause in the last seconds if any)
     speculate_ms: int = 100  # silence after which a draft of the utterance goes out; 0 = none
+    recheck_ms: int = 1000  # after such a pause, speech this long sends the grown utterance
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first field outside its allowed range."""
@@ -186,6 +187,7 @@ class SegmenterConfig:
                 0 <= self.speculate_ms < max(1, self.hangover_ms),
                 "0 <= speculate_ms < hangover_ms",
             ),
+            ("recheck_ms", 0 <= self.recheck_ms <= 10_000, "0 <= recheck_ms <= 10000"),
         ]
         for name, ok, allowed in checks:
             value = getattr(self, name)
@@ -241,13 +243,27 @@ class UtterancePaused:
 
 
 @dataclass(frozen=True)
+class UtteranceGrowing:
+    """Speech went on for ``recheck_ms`` after a draft at a pause: the open utterance so far.
+
+    Sent at most ``RECHECKS`` times per pause, so that asr can check, with more audio, the
+    words up to that pause (and have the utterance committed there: ``cut``).
+    """
+
+    utterance: Utterance
+
+
+@dataclass(frozen=True)
 class SpeechDiscarded:
     """The speech announced by ``SpeechStarted(index)`` was too short and is dropped."""
 
     index: int
 
 
-Event = SpeechStarted | UtterancePaused | UtteranceEnded | SpeechDiscarded
+Event = SpeechStarted | UtterancePaused | UtteranceGrowing | UtteranceEnded | SpeechDiscarded
+
+#: Grown utterances sent after one pause at most (asr's check needs one or two).
+RECHECKS = 2
 
 
 class _SampleBuffer:
@@ -337,6 +353,7 @@ class UtteranceSegmenter:
         self._min_speech = config.min_speech_ms * ms
         self._hangover = config.hangover_ms * ms
         self._speculate = config.speculate_ms * ms
+        self._recheck = config.recheck_ms * ms
         self._pre_roll = config.pre_roll_ms * ms
         self._post_roll = config.post_roll_ms * ms
         self._max_segment = int(config.max_segment_s * SAMPLE_RATE)
@@ -356,6 +373,8 @@ class UtteranceSegmenter:
         self._speech_end = 0  # open utterance: end of the last speech window
         self._silence_since: int | None = None  # start of the current silence run, if any
         self._drafted = False  # the current silence run has had its UtterancePaused
+        self._paused_at: int | None = None  # end of the open utterance's last draft, if any
+        self._rechecks = 0  # UtteranceGrowing sent since that draft
         self._continuation = False  # open utterance is the rest of a forced split
         # (window start, prob) of the open utterance's recent windows, for forced splits
         self._recent: deque[tuple[int, float]] = deque(maxlen=self._lookback_windows)
@@ -409,6 +428,7 @@ class UtteranceSegmenter:
             return []
         events: list[Event] = [UtteranceEnded(self._emit(end, speech_end, forced=False))]
         self._continuation = True   # the same speech going on: no pre-roll, no minimum
+        self._paused_at = None
         self._start = self._speech_start = end
         recent = [(start, prob) for start, prob in self._recent if start >= end]
         self._recent.clear()
@@ -447,9 +467,16 @@ class UtteranceSegmenter:
             if not self._too_short():
                 end = min(self._speech_end + self._post_roll, window_end)
                 events.append(UtterancePaused(self._utterance(end, self._speech_end, False)))
+                self._paused_at, self._rechecks = end, 0
+        elif self._recheck and self._paused_at is not None and silence < 0 and \
+                self._rechecks < RECHECKS and \
+                window_end - self._paused_at >= self._recheck * (self._rechecks + 1):
+            self._rechecks += 1
+            events.append(UtteranceGrowing(self._utterance(window_end, window_end, False)))
 
     def _open(self, window_start: int, window_end: int, events: list[Event]) -> None:
         self._in_speech = True
+        self._paused_at = None
         self._continuation = False
         self._speech_start = window_start
         self._speech_end = window_end
@@ -496,6 +523,7 @@ class UtteranceSegmenter:
         # The rest is the same speech continuing: no pre-roll, no minimum length.
         self._in_speech = True
         self._continuation = True
+        self._paused_at = None
         self._start = cut
         self._speech_start = cut
         self._speech_end = scored_end

@@ -124,6 +124,9 @@ class Segment(PcmMessage):
     forced: bool = False      # cut at max_segment_s rather than at a pause
     #: False: a draft (see `is_draft`), sent when a pause begins, before the hangover commits.
     final: bool = True
+    #: A draft sent while the speaker goes on after a pause, for asr alone: with more audio
+    #: it checks the words up to that pause (see Cut). Nothing downstream sees it.
+    growing: bool = False
     trace: Trace = ()
 
 

@@ -449,6 +449,10 @@ def _speculation(collected: BenchCollector, rows: list[dict], duration_s: float)
                      "not_ahead": summarize([r["speech_end_to_first_audio_s"] for r in others])},
                  "stages": {}}
     minutes = duration_s / 60 if duration_s else None
+    asr = (collected.statuses.get("asr") or [None])[-1]
+    if asr is not None:   # grown utterances asr transcribed to check the words to a pause
+        out["rechecks"] = asr.counters.get("rechecks", 0)
+        out["recheck_s"] = round(asr.counters.get("recheck_ms", 0) / 1000, 2)
     for actor in ("asr", "mt", "tts"):
         last = (collected.statuses.get(actor) or [None])[-1]
         if last is None:

@@ -202,7 +202,8 @@ def markdown(report: dict) -> str:
                   f"- drafts sent by the segmenter: {_fmt(spec.get('drafts_sent'))}, for "
                   f"{_fmt(spec.get('utterances'))} utterances; long utterances committed up "
                   f"to an earlier pause (asr's drafts agreed): {_fmt(spec.get('cuts'))} "
-                  f"(too late: {_fmt(spec.get('cuts_late'))})",
+                  f"(too late: {_fmt(spec.get('cuts_late'))}); grown utterances rechecked "
+                  f"by asr: {_fmt(spec.get('rechecks'))} ({_fmt(spec.get('recheck_s'), 2)} s)",
                   "- end of speech -> first audio p50 (n): first chunk made ahead "
                   f"{_fmt(_get(spec, 'first_audio_s', 'first_chunk_ahead', 'p50'), 2)} s "
                   f"({_fmt(_get(spec, 'first_audio_s', 'first_chunk_ahead', 'n'))}), not "

@@ -40,9 +40,10 @@ def run_interpret(tmp_path, clips, *extra):
 def check_outputs(out, references):
     transcripts = read_jsonl(out / "transcript.jsonl")
     translations = read_jsonl(out / "translation.jsonl")
-    assert len(transcripts) == len(references), transcripts
-    wer = jiwer.wer([normalize(r) for r in references],
-                    [normalize(t["text"]) for t in transcripts])
+    # One utterance per clip, or more where a long one was committed up to an inner pause.
+    assert len(references) <= len(transcripts) <= 2 * len(references), transcripts
+    wer = jiwer.wer(normalize(" ".join(references)),
+                    normalize(" ".join(t["text"] for t in transcripts)))
     assert wer < 0.10, f"WER {wer:.3f}: {[t['text'] for t in transcripts]}"
     # media times are increasing and inside the session
     starts = [t["media_start_s"] for t in transcripts]

@@ -81,8 +81,10 @@ def test_segmenter_commits_up_to_the_pause_asr_cuts_at():
     seg = SegmenterActor(topo, topo.actors["segmenter"])
     half = (16000 + len(clips[0]) + 3200 + len(clips[1]) // 2) // 320
     out = run_actor(seg, frames[:half], src="capture")
-    drafts = [m for m in out if isinstance(m, Segment) and not m.final]
+    drafts = [m for m in out if isinstance(m, Segment) and not m.final and not m.growing]
     pause = next(d for d in drafts if d.media_end_s < (16000 + len(clips[0]) + 3200) / 16000)
+    grown = [m for m in out if isinstance(m, Segment) and m.growing]
+    assert grown and all(g.utt == pause.utt and not g.final for g in grown)
     speech_end = dict((n, m) for n, _w, m in pause.trace)["speech_end"]
     cut = Cut(src="asr", utt=pause.utt, stream=pause.stream, media_start_s=pause.media_start_s,
               media_end_s=pause.media_end_s, speech_end_s=speech_end, text="has never been")

@@ -115,7 +115,8 @@ def test_agreed_prefix(earlier, later, agreed):
     assert agreed_prefix(earlier, later) is agreed
 
 
-def test_asr_proposes_a_cut_when_two_drafts_agree_up_to_the_first_pause(whisper):
+@pytest.mark.parametrize("growing", [False, True])
+def test_asr_proposes_a_cut_when_two_drafts_agree_up_to_the_first_pause(whisper, growing):
     topo = load(None)
     actor = AsrActor(topo, topo.actors["asr"])
     actor.engine = whisper
@@ -125,15 +126,18 @@ def test_asr_proposes_a_cut_when_two_drafts_agree_up_to_the_first_pause(whisper)
     clause = next(end for word, _start, end in pause if word.endswith(","))
     first_end = int((clause + 0.15) * 16000)
 
-    def draft(pcm, speech_end):
+    def draft(pcm, speech_end, grown=False):
         return Segment(utt="u", stream="s", src_lang="en", pcm=pcm, media_start_s=0.0,
-                       media_end_s=len(pcm) / 16000, final=False,
+                       media_end_s=len(pcm) / 16000, final=False, growing=grown,
                        trace=(("speech_end", 5, speech_end),))
 
+    # The second draft: at a later pause, or grown while the speaker went on (for asr alone:
+    # it is never published as a transcript).
     out = run_actor(actor, [draft(audio[:first_end], clause),
-                            draft(audio, len(audio) / 16000 - 0.1)],
+                            draft(audio, len(audio) / 16000 - 0.1, growing)],
                     src="segmenter", loaded=True)
     assert [type(m).__name__ for m in out] == ["Transcript", "Cut"]
+    assert actor.counters["rechecks"] == int(growing)
     cut = out[1]
     assert cut.utt == "u" and cut.text == out[0].text and cut.media_end_s == first_end / 16000
     assert cut.speech_end_s == clause and actor.counters["cuts_proposed"] == 1

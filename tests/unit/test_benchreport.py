@@ -59,6 +59,7 @@ def sample_report():
                 "steps": {"speedup": 40, "long_chunks": 12, "backlog_engine": 0, "skip": 2},
                 "not_spoken": 2, "utterances": 65},
         "speculation": {"utterances": 65, "drafts_sent": 90, "cuts": 7, "cuts_late": 2,
+                        "rechecks": 12, "recheck_s": 3.5,
                         "first_audio_s": {"first_chunk_ahead": _s(1.02),
                                           "not_ahead": _s(2.5)}, "stages": {
             "asr": {"made": 90, "used": 60, "wasted": 30, "not_needed": 0, "hit_rate": 0.667,
@@ -122,7 +123,8 @@ def test_markdown_full_report_has_key_figures():
                    "## CPU budget", "| asr | 0.061 | 0.036 | 0.430 |",
                    "- budget on local: ... keeps up",
                    "## Speculative endpointing", "drafts sent by the segmenter: 90, for 65",
-                   "earlier pause (asr's drafts agreed): 7 (too late: 2)",
+                   "earlier pause (asr's drafts agreed): 7 (too late: 2); grown utterances "
+                   "rechecked by asr: 12 (3.50 s)",
                    "first chunk made ahead 1.02 s (3), not 2.50 s (3)",
                    "| asr | 90 | 60 | 30 | 0 | 0.67 | 0.92 | 18.20 | 6.10 | 1.52 |"):
         assert needle in md, needle

@@ -19,6 +19,7 @@ import soxr
 from faster_whisper.vad import SileroVADModel
 
 from actors.vad import (
+    RECHECKS,
     SAMPLE_RATE,
     SPLIT_LOOKBACK_S,
     WINDOW_SAMPLES,
@@ -28,6 +29,7 @@ from actors.vad import (
     SpeechStarted,
     Utterance,
     UtteranceEnded,
+    UtteranceGrowing,
     UtterancePaused,
     UtteranceSegmenter,
 )
@@ -86,7 +88,7 @@ def assert_events_paired(events: list) -> None:
         if isinstance(event, SpeechStarted):
             assert open_index is None, events
             open_index = event.index
-        elif isinstance(event, UtterancePaused):
+        elif isinstance(event, UtterancePaused | UtteranceGrowing):
             assert open_index is not None and event.utterance.index == open_index, events
         else:
             index = event.index if isinstance(event, SpeechDiscarded) else event.utterance.index
@@ -376,8 +378,9 @@ def test_flush_closes_open_utterance(vad, clips):
     events = []
     for start in range(0, len(stream), FRAME):
         events += segmenter.push(stream[start : start + FRAME])
-    # Still talking at the end of the stream (a draft or two at pauses inside the clip).
-    assert [type(e) for e in events if not isinstance(e, UtterancePaused)] == [SpeechStarted]
+    # Still talking at the end of the stream (drafts at pauses inside the clip, and grown).
+    assert [type(e) for e in events
+            if not isinstance(e, UtterancePaused | UtteranceGrowing)] == [SpeechStarted]
 
     closing = segmenter.flush()
     assert [type(e) for e in closing] == [UtteranceEnded]
@@ -500,6 +503,35 @@ def test_cut_commits_the_utterance_up_to_an_earlier_pause_and_goes_on(vad, clips
     assert rest.start_sample == first.end_sample and rest.end_sample == whole[0].end_sample
     assert_pcm_exact(rest, stream)
     assert rest.index == first.index + 1
+
+
+def test_speech_going_on_after_a_pause_sends_the_grown_utterance(vad, clips):
+    a, b = trimmed(clips["LJ001-0004"]), trimmed(clips["LJ001-0006"])
+    stream, (_, _, _, b_start, _) = build(silence(1), a, silence(0.2), b, silence(1))
+    config = SegmenterConfig(hangover_ms=300, speculate_ms=100, recheck_ms=1000)
+    events = feed(UtteranceSegmenter(config, vad), stream)
+    assert_events_paired(events)
+    grown = [e.utterance for e in events if isinstance(e, UtteranceGrowing)]
+    pause = next(d for d in drafts(events) if d.end_sample <= b_start)
+    after = [g for g in grown if g.end_sample > pause.end_sample]
+    assert after, "b goes on for seconds after the pause before it"
+    # Each is the utterance so far, from its start, ending in speech; at most two per pause,
+    # the first recheck_ms after the pause.
+    for g in grown:
+        assert g.start_sample == pause.start_sample and g.speech_end_sample == g.end_sample
+        assert g.pcm.tobytes() == stream[g.start_sample:g.end_sample].tobytes()
+    first = min(after, key=lambda g: g.end_sample)
+    assert first.end_sample - pause.end_sample >= SAMPLE_RATE
+    since_pause = 0
+    for event in events:
+        if isinstance(event, UtterancePaused | UtteranceEnded):
+            since_pause = 0
+        elif isinstance(event, UtteranceGrowing):
+            since_pause += 1
+            assert since_pause <= RECHECKS
+    none = SegmenterConfig(hangover_ms=300, speculate_ms=100, recheck_ms=0)
+    assert not [e for e in feed(UtteranceSegmenter(none, vad), stream)
+                if isinstance(e, UtteranceGrowing)]
 
 
 def test_default_config_is_valid():
