@@ -29,30 +29,41 @@ from protocol.messages import (
 
 RATE = 16000
 log = logging.getLogger("voxweft.asr")
-#: A committed prefix ends with one of these (in the later of the two drafts)...
+#: A committed prefix ends with one of these in the later of the two drafts, or with one
+#: of EARLIER_MARKS in the earlier one (Whisper ends any text with a period where the audio
+#: stops, but puts a comma there only when it hears a clause going on)...
 CLAUSE_MARKS = ",;:.?!"
+EARLIER_MARKS = ",;:?!"
 #: ...and has at least this many words: a clause, not a hesitation.
 MIN_PREFIX_WORDS = 3
+_CLOSERS = "\"')»”"
 
 
 def agreed_prefix(earlier: str, later: str) -> bool:
-    """Whether `later` (a longer draft) agrees with `earlier` on all its words, then a clause mark.
+    """Whether `later` (a longer draft) agrees with `earlier` on all its words, at a clause end.
 
-    Two successive drafts of a growing utterance, the second with more audio: when the
-    second starts with the very words of the first (case and punctuation aside) and puts a
-    clause mark after them, both hypotheses agree on what the audio up to the first pause
-    says, and the pause is a clause boundary. Then that part can be committed.
+    Two drafts of a growing utterance, the second with more audio: when the second starts
+    with the very words of the first (case, punctuation and word splits aside: "blockbooks"
+    is "block books") and a clause ends after them (a clause mark there in the second, or a
+    comma-like mark ending the first), both hypotheses agree on what the audio up to the
+    first one's pause says, and that pause ends a clause. Then that part can be committed.
     """
     a, b = earlier.split(), later.split()
     if len(a) < MIN_PREFIX_WORDS or len(b) <= len(a):
         return False
 
-    def norm(word: str) -> str:
-        return re.sub(r"[^\w']", "", word.lower())
+    def letters(words: list[str]) -> str:
+        return re.sub(r"[^\w']", "", "".join(words).lower())
 
-    if [norm(w) for w in a] != [norm(w) for w in b[:len(a)]]:
-        return False
-    return b[len(a) - 1].rstrip("\"')»”")[-1:] in CLAUSE_MARKS
+    target = letters(a)
+    for j in range(1, len(b)):   # the shortest run of `later`'s words spelling the same
+        run = letters(b[:j])
+        if len(run) >= len(target):
+            if run != target:
+                return False
+            return b[j - 1].rstrip(_CLOSERS)[-1:] in CLAUSE_MARKS or \
+                a[-1].rstrip(_CLOSERS)[-1:] in EARLIER_MARKS
+    return False
 
 
 class AsrEngine(abc.ABC):

@@ -110,6 +110,10 @@ def test_asr_final_takes_the_draft_of_the_same_speech(whisper):
     ("When the sun rose.", "When the son rose, the birds sang", False),  # a word differs
     ("The sun.", "The sun, the birds sang", False),                      # too short
     ("When the sun rose.", "When the sun rose.", False),                 # nothing more
+    ("Produced the blockbooks,", "Produced the block books which were", True),  # its comma
+    ("And it is worth mentioning.", "And it is worth mentioning in passing", False),
+    ("When the sun rose", "When the sun rose. The birds", True),
+    ("When the sun ro", "When the sun rose, the birds", False),          # not a word boundary
 ])
 def test_agreed_prefix(earlier, later, agreed):
     assert agreed_prefix(earlier, later) is agreed
