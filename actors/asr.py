@@ -352,6 +352,17 @@ class AsrActor(Actor):
         self.budget = budget.with_variants(budget.measure(
             lambda: (self.engine.transcribe(audio, lang),), len(audio) / RATE), self.engine)
 
+    def _worth_checking(self, utt: str) -> bool:
+        """Whether a grown utterance can confirm its last pause as a clause end.
+
+        Only when the draft at that pause ends with a comma-like mark: Whisper ends any
+        text with a period where the audio stops, and left the comma out of most grown
+        drafts (70 rechecks of every pause cost 13 s of asr in 4 minutes for 3 cuts).
+        """
+        earlier = self.pauses.get(utt)
+        return self.cuts and earlier is not None and \
+            earlier[1].rstrip(_CLOSERS)[-1:] in EARLIER_MARKS
+
     def _cut(self, msg: Segment, speech: tuple, text: str) -> Cut | None:
         """A Cut when this draft agrees with the utterance's last draft at a pause.
 
@@ -390,6 +401,9 @@ class AsrActor(Actor):
             self.stream, self.media_ms = msg.stream, 0
             self.taken.clear()
         if is_draft(msg):
+            if msg.growing and not self._worth_checking(msg.utt):
+                self.counters["rechecks_skipped"] += 1
+                return
             yield from self._transcribe(msg)
             return
         if self._retold(msg):

@@ -142,6 +142,7 @@ def test_asr_proposes_a_cut_when_two_drafts_agree_up_to_the_first_pause(whisper,
                     src="segmenter", loaded=True)
     assert [type(m).__name__ for m in out] == ["Transcript", "Cut"]
     assert actor.counters["rechecks"] == int(growing)
+    assert out[0].text.rstrip()[-1] == ","   # why the grown draft was worth checking
     cut = out[1]
     assert cut.utt == "u" and cut.text == out[0].text and cut.media_end_s == first_end / 16000
     assert cut.speech_end_s == clause and actor.counters["cuts_proposed"] == 1
@@ -184,6 +185,20 @@ def test_mt_actor_translates_and_refuses_the_wrong_language(translator):
     assert out[1].text == "" and actor.counters["refused_lang"] == 1
     assert out[2].text == ""
     assert np.all([m.source_text == i.text for m, i in zip(out, inputs, strict=False)])
+
+
+def test_asr_checks_a_grown_utterance_only_after_a_pause_heard_as_a_clause_end(whisper):
+    topo = load(None)
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    actor.pauses["u"] = (("s", 0.0, 1.0, "en"), "It is worth mentioning.", None)
+    grown = Segment(utt="u", stream="s", src_lang="en", pcm=np.zeros(32000, np.float32),
+                    final=False, growing=True, trace=(("speech_end", 5, 2.0),))
+    assert run_actor(actor, [grown], src="segmenter", loaded=True) == []
+    assert actor.counters["rechecks_skipped"] == 1 and actor.counters["rechecks"] == 0
+    actor.pauses["u"] = (("s", 0.0, 1.0, "en"), "It is worth mentioning,", None)
+    assert run_actor(actor, [grown], src="segmenter", loaded=True) == []   # silence: no cut
+    assert actor.counters["rechecks"] == 1
 
 
 def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
