@@ -33,7 +33,7 @@ log = logging.getLogger("voxweft.asr")
 #: of EARLIER_MARKS in the earlier one (Whisper ends any text with a period where the audio
 #: stops, but puts a comma there only when it hears a clause going on)...
 CLAUSE_MARKS = ",;:.?!"
-EARLIER_MARKS = ",;:?!"
+EARLIER_MARKS = ",;:"   # not "?" or "!": Whisper put one on "Which were the immediate?"
 #: ...and has at least this many words: a clause, not a hesitation.
 MIN_PREFIX_WORDS = 3
 _CLOSERS = "\"')»”"

@@ -113,6 +113,7 @@ def test_asr_final_takes_the_draft_of_the_same_speech(whisper):
     ("Produced the blockbooks,", "Produced the block books which were", True),  # its comma
     ("And it is worth mentioning.", "And it is worth mentioning in passing", False),
     ("When the sun rose", "When the sun rose. The birds", True),
+    ("Which were the immediate?", "Which were the immediate predecessors of", False),
     ("When the sun ro", "When the sun rose, the birds", False),          # not a word boundary
 ])
 def test_agreed_prefix(earlier, later, agreed):
