@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -245,9 +244,8 @@ class SegmenterActor(Actor):
                                     final=False)
             elif isinstance(event, UtteranceGrowing):
                 self.counters["drafts_growing"] += 1
-                yield dataclasses.replace(self._segment(
-                    event.utterance, self._utt_id(event.utterance.index), final=False),
-                    growing=True)
+                yield self._segment(event.utterance, self._utt_id(event.utterance.index),
+                                    final=False, growing=True)
             elif isinstance(event, UtteranceEnded):
                 u = event.utterance
                 utt = self._utt_id(u.index, close=True)
@@ -256,8 +254,8 @@ class SegmenterActor(Actor):
                                wall_ns=self._wall_ns(u.speech_end_sample))
                 yield self._segment(u, utt, final=True)
 
-    def _segment(self, u, utt: str, final: bool) -> Segment:
-        """Utterance `u` for asr: committed (`final`), or a draft sent as a pause begins."""
+    def _segment(self, u, utt: str, final: bool, growing: bool = False) -> Segment:
+        """Utterance `u` for asr: committed (`final`), or a draft (at a pause, or grown)."""
         trace = (
             ("capture", self._wall_ns(u.start_sample), u.start_sample / RATE),
             ("speech_start", self._wall_ns(u.speech_start_sample), u.speech_start_sample / RATE),
@@ -267,4 +265,4 @@ class SegmenterActor(Actor):
         return Segment(utt=utt, stream=self.stream, src_lang=self.config.src_lang,
                        sample_rate=RATE, pcm=u.pcm,
                        media_start_s=u.start_sample / RATE, media_end_s=u.end_sample / RATE,
-                       forced=u.forced, final=final, trace=trace)
+                       forced=u.forced, final=final, growing=growing, trace=trace)

@@ -163,15 +163,14 @@ class TtsActor(Actor):
         if is_draft(msg):
             self._draft(msg, lang, plan, queued, start)
             return
-        draft = self.drafts.take(msg.utt, (msg.text, lang))
+        # Not spoken: its drafts are wasted (no key matches None).
+        draft = self.drafts.take(msg.utt, None if plan.skip else (msg.text, lang))
         ahead = 0.0   # time spent on this translation before it came (its draft)
-        if draft is not None and not plan.skip:
+        if draft is not None:
             plan, engine, ahead = draft.plan, draft.engine, draft.made_s
             chunks = itertools.chain([draft.first], draft.rest)
             trace = traced(trace, "tts.draft")
         else:
-            if draft is not None:
-                draft.rest.close()
             engine = self.backlog_engine if plan.backlog_engine else self.engine
             chunks = None
         for step in plan.steps():
