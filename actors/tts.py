@@ -9,10 +9,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from actors import budget, lag
+from actors import budget, engines, lag
 from actors.drafts import Drafts
 from actors.runtime import Actor
-from actors.tts_engines import ENGINES
 from protocol.messages import (
     Message,
     PlaybackEvent,
@@ -47,9 +46,9 @@ class TtsActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = ENGINES[config.engine](**config.engine_settings())
+        self.engine = engines.build("tts", config.engine, config.engine_settings())
         # A faster engine for speech that is late (actors.lag), if the topology names one.
-        self.backlog_engine = (ENGINES[config.backlog_engine](**config.backlog_settings)
+        self.backlog_engine = (engines.build("tts", config.backlog_engine, config.backlog_settings)
                                if config.backlog_engine else None)
         # When the player will have played what was sent: how far behind the listener is.
         self.timeline = lag.Timeline(topology.actors["player"].jitter_ms / 1000 + 0.04)

@@ -124,17 +124,6 @@ def _unknown(where: str, keys, allowed) -> None:
                                 f"{', '.join(allowed)}")
 
 
-def _engine_registry(actor: str) -> dict:
-    # Engines keep heavy imports inside load(), so these imports stay cheap.
-    if actor == "asr":
-        from actors.asr import ENGINES
-    elif actor == "mt":
-        from actors.mt import ENGINES
-    else:
-        from actors.tts_engines import ENGINES
-    return ENGINES
-
-
 def _actor_config(name: str, table: dict, src_lang: str, tgt_lang: str, where: str):
     cls = CONFIG_TYPES[name]
     allowed = [f.name for f in dataclasses.fields(cls)]
@@ -163,21 +152,22 @@ def _actor_config(name: str, table: dict, src_lang: str, tgt_lang: str, where: s
 
 def check_engine(name: str, config: EngineConfig, where: str):
     """Construct (not load) the actor's engine: validates its name and settings."""
-    registry = _engine_registry(name)
-    if config.engine not in registry:
-        raise TopologyError(f"{where}.engine = {config.engine!r} is not one of: "
-                            f"{', '.join(registry)}")
+    from actors import engines
+
     try:
-        engine = registry[config.engine](**config.engine_settings())
+        engine = engines.build(name, config.engine, config.engine_settings())
+    except KeyError:
+        raise TopologyError(f"{where}.engine = {config.engine!r} is not one of: "
+                            f"{', '.join(engines.names(name))}") from None
     except (ValueError, TypeError) as exc:
         raise TopologyError(f"{where}.settings: {exc}") from None
     backlog = getattr(config, "backlog_engine", "")
     if backlog:
-        if backlog not in registry:
-            raise TopologyError(f"{where}.backlog_engine = {backlog!r} is not one of: "
-                                f"{', '.join(registry)}")
         try:
-            registry[backlog](**config.backlog_settings)
+            engines.build(name, backlog, config.backlog_settings)
+        except KeyError:
+            raise TopologyError(f"{where}.backlog_engine = {backlog!r} is not one of: "
+                                f"{', '.join(engines.names(name))}") from None
         except (ValueError, TypeError) as exc:
             raise TopologyError(f"{where}.backlog_settings: {exc}") from None
     if name == "mt":
@@ -192,10 +182,8 @@ def check_engine(name: str, config: EngineConfig, where: str):
               f"{', '.join(offered)}"
         # Add what this installation can do instead (never an error on its own: on a
         # two-host topology the other host's engines need not be installed here).
-        from tools.languages import check_pair
-
         try:
-            check_pair(config.src_lang, config.tgt_lang)
+            engines.check_pair(config.src_lang, config.tgt_lang)
         except ValueError as exc:
             msg += f"; {exc}"
         raise TopologyError(msg)

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from actors.asr import FasterWhisperEngine
+from actors.engines.asr.faster_whisper import FasterWhisperEngine
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
 from tests.e2e.test_interpret import normalize, read_jsonl
 

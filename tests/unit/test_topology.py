@@ -442,3 +442,13 @@ def test_events_port_defaults_and_must_not_collide():
     assert "give each host its own" in _error(raw)
     raw["hosts"]["other"]["events_port"] = 47599
     assert parse(raw, SRC).events_bind("other") == "tcp://127.0.0.1:47599"
+
+
+def test_every_registered_engine_imports_and_names_itself():
+    from actors import engines
+
+    for stage in engines.STAGES:
+        for name in engines.names(stage):
+            assert engines.engine_class(stage, name).name == name
+    with pytest.raises(KeyError, match="faster-whisper"):
+        engines.engine_class("asr", "whisper.cpp")

@@ -1,4 +1,4 @@
-"""Tests for actors.tts_engines with the real engines (espeak-ng program, Kokoro ONNX model).
+"""TTS engines (actors.engines.tts) with the real engines (espeak-ng program, Kokoro ONNX).
 
 The round-trip tests transcribe synthesized speech with faster-whisper base to check that the
 words come back, i.e. that the phonemization feeding Kokoro is right, not just that audio exists.
@@ -14,15 +14,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from actors import engines
+from actors.engines.tts import TtsEngine, split_clauses
+from actors.engines.tts.espeak import EspeakEngine
+from actors.engines.tts.kokoro import KokoroEngine
+from actors.engines.tts.piper import PiperEngine
 from actors.runtime import StartupError
-from actors.tts_engines import (
-    ENGINES,
-    EspeakEngine,
-    KokoroEngine,
-    PiperEngine,
-    TtsEngine,
-    split_clauses,
-)
 
 PT = (
     "produziu os livros de blocos, "
@@ -84,8 +81,9 @@ def test_split_clauses_rejects_bad_max_chars():
 # --- engines ------------------------------------------------------------------------------------
 
 def test_registry():
-    assert ENGINES == {"kokoro": KokoroEngine, "espeak": EspeakEngine, "piper": PiperEngine}
-    for name, cls in ENGINES.items():
+    classes = {name: engines.engine_class("tts", name) for name in engines.names("tts")}
+    assert classes == {"kokoro": KokoroEngine, "espeak": EspeakEngine, "piper": PiperEngine}
+    for name, cls in classes.items():
         assert issubclass(cls, TtsEngine) and cls.name == name
 
 
@@ -314,9 +312,10 @@ def test_kokoro_pauses_only_where_the_text_does(kokoro):
 
 
 def test_kokoro_float32_variant_speaks_like_int8_and_fastest_picks_by_time():
-    # The float32 copy of the int8 graph (actors.onnx_float) speaks the same sentence: same
-    # length within a few frames (durations round), same loudness, not silence or NaN.
-    from actors.tts_engines import cpu_has_vnni
+    # The float32 copy of the int8 graph (actors.engines.tts.onnx_float) speaks the same
+    # sentence: same length within a few frames (durations round), same loudness, not
+    # silence or NaN.
+    from actors.engines.tts import cpu_has_vnni
 
     text = "Nunca foi superado."
     int8 = KokoroEngine(threads=2, precision="int8")

@@ -1,0 +1,58 @@
+"""ASR engines: speech -> text. The interface, and the guards every Whisper engine shares.
+
+One engine per file beside this one; `actors.engines` registers them by name.
+"""
+
+from __future__ import annotations
+
+import abc
+import zlib
+from typing import ClassVar
+
+import numpy as np
+
+RATE = 16000
+
+
+class AsrEngine(abc.ABC):
+    """Speech -> text for one process; the model is built once by load()."""
+
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def languages(self) -> frozenset[str]:
+        """ISO 639-1 codes this engine transcribes."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Build the model (heavy work here, never in __init__)."""
+
+    @abc.abstractmethod
+    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
+        """Text of 16 kHz mono float32 speech in language `lang`."""
+
+
+def _check_settings(settings: dict, allowed: dict[str, object]) -> dict:
+    for key in settings:
+        if key not in allowed:
+            raise ValueError(f"unknown setting {key!r}; allowed: {', '.join(allowed)}")
+    return {**allowed, **settings}
+
+
+
+def _cut_restart(text: str) -> str:
+    """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one."""
+    words = text.split()
+    for k in range(3, len(words) - 2):   # from word k to the end, the text starts over
+        if words[k:] == words[:len(words) - k]:
+            return " ".join(words[:k])
+    return text
+
+
+def _degenerate(text: str, duration_s: float) -> bool:
+    """Whisper looping: far more words than anyone says, or highly repetitive text."""
+    words = len(text.split())
+    if words > 6 * duration_s + 4:
+        return True
+    data = text.encode()
+    return len(data) > 40 and len(data) / len(zlib.compress(data)) > 2.4

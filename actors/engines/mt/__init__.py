@@ -1,0 +1,41 @@
+"""MT engines: text -> text in the target language. The interface every engine implements.
+
+One engine per file beside this one; `actors.engines` registers them by name.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+
+class MtEngine(abc.ABC):
+    """Text -> text for one process; every direction it offers is built by load()."""
+
+    name: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def pairs(self) -> frozenset[tuple[str, str]]:
+        """(source, target) ISO 639-1 pairs this engine translates."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Build the models (heavy work here, never in __init__)."""
+
+    @abc.abstractmethod
+    def translate(self, text: str, src: str, tgt: str) -> str:
+        """Translate `text` from `src` to `tgt`; the pair must be one of pairs()."""
+
+    def close(self) -> None:
+        """Release helper processes at shutdown (most engines have none)."""
+        return None
+
+
+
+def _check_settings(settings: dict, allowed: dict[str, object]) -> dict:
+    for key in settings:
+        if key not in allowed:
+            raise ValueError(f"unknown setting {key!r}; allowed: {', '.join(allowed)}")
+    return {**allowed, **settings}
+
+

@@ -1,0 +1,217 @@
+"""TTS engines: text -> speech, clause by clause. The interface and what engines share.
+
+Each engine turns a translated text into speech one clause at a time, so the first clause can be
+played while later ones are still being synthesized. One engine per file beside this one
+(`kokoro`, `espeak`, `piper`); `actors.engines` registers them by name.
+
+The engines are single-threaded by design (one per process, no locks); onnxruntime thread pools
+are sized explicitly because the process shares a small CPU with other model processes.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import math
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from actors.runtime import StartupError
+
+# Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
+_log = logging.getLogger("voxweft.tts")
+_CLAUSE_END = ".,;:!?…"
+# Closing quotes/brackets that may follow the mark ("Sim," -> 'Sim,"' still ends a clause).
+_CLOSERS = "\"'”’»)]"
+_MIN_WORDS = 3
+MID_CLAUSE_TAIL_S = 0.04   # silence kept after a chunk cut between two words of a clause
+_DEFAULT_MAX_CHARS = 200
+
+_ESPEAK_MISSING = (
+    "espeak-ng not found on PATH: install the Debian/Ubuntu package `espeak-ng` "
+    "(apt-get install espeak-ng) or the Homebrew package `espeak-ng` (brew install espeak-ng)"
+)
+
+
+def split_clauses(text: str, max_chars: int = _DEFAULT_MAX_CHARS) -> list[str]:
+    """Split ``text`` into speakable clauses, each at most ``max_chars`` long where possible.
+
+    Splits after sentence/clause punctuation (. , ; : ! ? …) that is followed by a space or the
+    end, so "3.5" or "1,5" stay whole; the punctuation stays with its clause. Pieces shorter than
+    three words are merged into a neighbour (a one-word clause sounds choppy and costs a model
+    call), and clauses longer than ``max_chars`` are cut at spaces into near-equal parts. A single
+    word longer than ``max_chars`` is kept whole.
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+    words = text.split()
+    if not words:
+        return []
+
+    # 1. Pieces ending at punctuation marks.
+    pieces: list[list[str]] = []
+    cur: list[str] = []
+    for word in words:
+        cur.append(word)
+        if word.rstrip(_CLOSERS)[-1:] in _CLAUSE_END:
+            pieces.append(cur)
+            cur = []
+    if cur:
+        pieces.append(cur)
+
+    # 2. Hard-split overlong pieces into balanced parts, so no tiny leftover part is produced.
+    split: list[list[str]] = []
+    for piece in pieces:
+        length = len(" ".join(piece))
+        if length <= max_chars:
+            split.append(piece)
+            continue
+        target = length / math.ceil(length / max_chars)
+        part: list[str] = []
+        for word in piece:
+            size = len(" ".join([*part, word]))
+            if part and (size > max_chars or size > target * 1.1):
+                split.append(part)
+                part = []
+            part.append(word)
+        split.append(part)
+
+    # 3. Merge short pieces forward (or, for the last one, backward) while the result fits.
+    def fits(a: list[str], b: list[str]) -> bool:
+        return len(" ".join(a + b)) <= max_chars
+
+    merged: list[list[str]] = []
+    for piece in split:
+        if merged and len(merged[-1]) < _MIN_WORDS and fits(merged[-1], piece):
+            merged[-1] = merged[-1] + piece
+        else:
+            merged.append(piece)
+    if len(merged) > 1 and len(merged[-1]) < _MIN_WORDS and fits(merged[-2], merged[-1]):
+        merged[-2:] = [merged[-2] + merged[-1]]
+    return [" ".join(p) for p in merged]
+
+
+def _trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: float = 0.12,
+          threshold: float = 0.01) -> np.ndarray:
+    """Cut near-silence at both ends, keeping a short lead-in and a tail.
+
+    The tail is kept longer so consecutive clauses, played back to back, still have a pause.
+    """
+    loud = np.flatnonzero(np.abs(audio) > threshold)
+    if loud.size == 0:
+        return audio[:0]
+    start = max(0, loud[0] - int(lead_s * sample_rate))
+    end = min(audio.size, loud[-1] + 1 + int(tail_s * sample_rate))
+    return audio[start:end]
+
+
+def cpu_has_vnni() -> bool | None:
+    """Whether this x86 CPU has VNNI int8 instructions; None when unknown or not x86."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return None
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags)) if flags else None
+
+
+def _release_freed_memory() -> None:
+    """Give memory freed while building a model back to the OS.
+
+    glibc keeps it otherwise: ~700 MB after the float32 conversion.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass
+
+
+def _espeak_path() -> str:
+    """Return the espeak-ng executable, or raise StartupError explaining how to install it."""
+    path = shutil.which("espeak-ng")
+    if path is None:
+        raise StartupError(_ESPEAK_MISSING)
+    return path
+
+
+def _run_espeak(args: list[str], text: str) -> bytes:
+    """Run espeak-ng with ``text`` on stdin (so text starting with '-' is not read as an option)."""
+    proc = subprocess.run(args, input=text.encode("utf-8"), capture_output=True, check=False)
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise RuntimeError(f"espeak-ng failed ({proc.returncode}): {err}")
+    return proc.stdout
+
+
+def _check_settings(cls_name: str, settings: dict[str, Any], allowed: dict[str, str]) -> None:
+    """Reject setting keys that the engine does not know, naming the allowed ones."""
+    for key in settings:
+        if key not in allowed:
+            choices = ", ".join(f"{k} ({v})" for k, v in allowed.items())
+            raise ValueError(f"{cls_name}: unknown setting {key!r}; allowed: {choices}")
+
+
+def _number(key: str, value: Any, lo: float, hi: float, integer: bool = False) -> float | int:
+    """Validate a numeric setting in [lo, hi]; the error names the key and the range."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"setting {key!r} must be {kind} in {lo}..{hi}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+class TtsEngine(abc.ABC):
+    """Text -> streamed speech for one process; built once by load()."""
+
+    name: ClassVar[str]
+    sample_rate: int
+
+    def __init__(self, **settings: Any) -> None:
+        """Validate settings; an unknown or invalid key raises ValueError naming it."""
+        self.settings = dict(settings)  # as given, for logs; subclasses validate and apply them
+
+    @abc.abstractmethod
+    def languages(self) -> frozenset[str]:
+        """ISO-639-1 codes this engine can speak."""
+
+    def plan(self, text: str, eager: bool = True) -> list[str]:
+        """The pieces of `text` synthesize() yields one audio chunk for, in order."""
+        return split_clauses(text)
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Build the model once; all heavy work happens here, never in __init__."""
+
+    @abc.abstractmethod
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
+        """Yield float32 mono audio in [-1, 1] at ``sample_rate``, one array per clause.
+
+        Each clause is yielded as soon as it is ready. Unsupported ``lang`` raises ValueError;
+        empty or whitespace-only text yields nothing. ``speed`` multiplies the configured
+        speaking rate (the tts actor speeds up to catch up with a backlog). ``eager``: a
+        short first chunk, for the first audio's latency; False when that audio would wait
+        at the player anyway (engines whose cost per second of speech is lower in long
+        chunks then make long ones).
+        """
+
+    def _check_lang(self, lang: str) -> None:
+        if lang not in self.languages():
+            raise ValueError(
+                f"{self.name}: language {lang!r} not supported; use one of "
+                f"{sorted(self.languages())}"
+            )

