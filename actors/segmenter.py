@@ -9,7 +9,6 @@ import numpy as np
 
 from actors.runtime import Actor
 from actors.vad import (
-    SegmenterConfig,
     SileroVad,
     SpeechDiscarded,
     SpeechStarted,
@@ -43,13 +42,7 @@ class SegmenterActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.vad_config = SegmenterConfig(
-            threshold=config.threshold, neg_threshold=config.neg_threshold,
-            min_speech_ms=config.min_speech_ms, hangover_ms=config.hangover_ms,
-            pre_roll_ms=config.pre_roll_ms, post_roll_ms=config.post_roll_ms,
-            max_segment_s=config.max_segment_s, speculate_ms=config.speculate_ms,
-            recheck_ms=SegmenterConfig.recheck_ms if config.commit_prefixes else 0)
-        self.vad_config.validate()
+        self.vad_config = config.vad_config()
         self.vad: SileroVad | None = None
         self.segmenter: UtteranceSegmenter | None = None
         self.next_sample = 0

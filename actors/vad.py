@@ -16,7 +16,6 @@ All positions are absolute sample indices at 16 kHz counted from the start of th
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 from importlib import resources
@@ -25,6 +24,9 @@ from typing import Protocol
 
 import numpy as np
 import onnxruntime
+from pydantic import ConfigDict, Field, model_validator
+
+from actors.config import Settings
 
 SAMPLE_RATE = 16_000
 """Sample rate (Hz) of every stream handled here."""
@@ -148,53 +150,42 @@ class VadModel(Protocol):
         """Speech probabilities of every complete window in the buffered stream."""
 
 
-@dataclass(frozen=True)
-class SegmenterConfig:
+class SegmenterConfig(Settings):
     """Tuning of :class:`UtteranceSegmenter`; durations are converted to samples at 16 kHz."""
 
-    threshold: float = 0.5  # speech prob to enter speech
-    neg_threshold: float = 0.35  # prob below which a window counts as silence (hysteresis)
-    min_speech_ms: int = 250  # shorter bursts are dropped as noise
-    hangover_ms: int = 300  # silence needed after speech to close an utterance (latency knob)
-    pre_roll_ms: int = 200  # audio kept before speech onset so the first syllable survives
-    post_roll_ms: int = 100  # audio kept after the last speech window
-    max_segment_s: float = 15.0  # force a split (at a pause in the last seconds if any)
-    speculate_ms: int = 100  # silence after which a draft of the utterance goes out; 0 = none
-    recheck_ms: int = 1000  # after such a pause, speech this long sends the grown utterance
+    model_config = ConfigDict(frozen=True)
 
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first field outside its allowed range."""
-        checks = [
-            ("threshold", 0.0 < self.threshold < 1.0, "0 < threshold < 1"),
-            (
-                "neg_threshold",
-                0.0 < self.neg_threshold <= self.threshold,
-                "0 < neg_threshold <= threshold",
-            ),
-            ("min_speech_ms", 0 <= self.min_speech_ms <= 10_000, "0 <= min_speech_ms <= 10000"),
-            ("hangover_ms", 0 <= self.hangover_ms <= 10_000, "0 <= hangover_ms <= 10000"),
-            ("pre_roll_ms", 0 <= self.pre_roll_ms <= 2_000, "0 <= pre_roll_ms <= 2000"),
-            # Post-roll must already be in hand when the hangover closes the utterance.
-            (
-                "post_roll_ms",
-                0 <= self.post_roll_ms <= self.hangover_ms,
-                "0 <= post_roll_ms <= hangover_ms",
-            ),
-            ("max_segment_s", 1.0 <= self.max_segment_s <= 120.0, "1 <= max_segment_s <= 120"),
-            # A draft after the hangover would come with the commit: pointless.
-            (
-                "speculate_ms",
-                0 <= self.speculate_ms < max(1, self.hangover_ms),
-                "0 <= speculate_ms < hangover_ms",
-            ),
-            ("recheck_ms", 0 <= self.recheck_ms <= 10_000, "0 <= recheck_ms <= 10000"),
-        ]
-        for name, ok, allowed in checks:
-            value = getattr(self, name)
-            # bool is an int subclass and NaN fails every comparison; refuse both explicitly.
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not numeric or not math.isfinite(value) or not ok:
-                raise ValueError(f"SegmenterConfig.{name} must satisfy {allowed}, got {value!r}")
+    threshold: float = Field(0.5, gt=0.0, lt=1.0)  # speech prob to enter speech
+    # prob below which a window counts as silence (hysteresis); 0 < it <= threshold
+    neg_threshold: float = Field(0.35, gt=0.0, lt=1.0)
+    min_speech_ms: int = Field(250, ge=0, le=10_000)  # shorter bursts are dropped as noise
+    # silence needed after speech to close an utterance (latency knob)
+    hangover_ms: int = Field(300, ge=0, le=10_000)
+    # audio kept before speech onset so the first syllable survives
+    pre_roll_ms: int = Field(200, ge=0, le=2_000)
+    # audio kept after the last speech window; <= hangover_ms: in hand when the hangover closes
+    post_roll_ms: int = Field(100, ge=0, le=10_000)
+    # force a split (at a pause in the last seconds if any)
+    max_segment_s: float = Field(15.0, ge=1.0, le=120.0)
+    # silence after which a draft of the utterance goes out; 0 = none; < hangover_ms (a
+    # draft after the hangover would come with the commit: pointless)
+    speculate_ms: int = Field(100, ge=0, le=10_000)
+    # after such a pause, speech this long sends the grown utterance
+    recheck_ms: int = Field(1000, ge=0, le=10_000)
+
+    @model_validator(mode="after")
+    def _between_fields(self) -> SegmenterConfig:
+        if self.neg_threshold > self.threshold:
+            raise ValueError(f"neg_threshold = {self.neg_threshold!r} must be <= threshold "
+                             f"({self.threshold!r})")
+        if self.post_roll_ms > self.hangover_ms:
+            raise ValueError(f"post_roll_ms = {self.post_roll_ms!r} must be <= hangover_ms "
+                             f"({self.hangover_ms!r}): post-roll must be in hand when the "
+                             "hangover closes the utterance")
+        if self.speculate_ms >= max(1, self.hangover_ms):
+            raise ValueError(f"speculate_ms = {self.speculate_ms!r} must be < hangover_ms "
+                             f"({self.hangover_ms!r}), or 0 for no drafts")
+        return self
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing ndarray fields has no single truth value
@@ -344,7 +335,6 @@ class UtteranceSegmenter:
 
     def __init__(self, config: SegmenterConfig, vad: VadModel | SileroVad) -> None:
         """Validate ``config``; ``vad`` is reset and owned for the stream from here on."""
-        config.validate()
         self.config = config
         self._vad = vad
         ms = SAMPLE_RATE // 1000

@@ -6,25 +6,55 @@ Validated at load; every error names the file, the key and what is allowed.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
+from pydantic import Field, field_validator
 
-from actors.config import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
+from actors.config import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig, Settings
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("default.toml")
 TOP_KEYS = ("pipeline", "hosts", "actors")
-PIPELINE_KEYS = ("src_lang", "tgt_lang", "max_lag_s")
 #: The live listener never hears a translation start later than this after its speech
 #: ended (actors.lag); 0: no bound (file interpretation keeps every utterance).
 DEFAULT_MAX_LAG_S = 8.0
-HOST_KEYS = ("address", "bind", "events_port")
 #: Where a host's supervisord event listener publishes actor process states (deploy.events).
 DEFAULT_EVENTS_PORT = 47600
+
+
+class PipelineTable(Settings):
+    """`[pipeline]`: the language pair and the lag bound."""
+
+    src_lang: str = "en"
+    tgt_lang: str = "pt"
+    max_lag_s: float = DEFAULT_MAX_LAG_S
+
+    @field_validator("src_lang", "tgt_lang")
+    @classmethod
+    def _iso_code(cls, code: str, info) -> str:
+        if not (len(code) == 2 and code.isalpha() and code.islower()):
+            raise ValueError(f"{info.field_name} = {code!r} must be a two-letter ISO 639-1 code "
+                             "such as 'en' or 'pt'")
+        return code
+
+    @field_validator("max_lag_s")
+    @classmethod
+    def _lag_bound(cls, value: float) -> float:
+        if not (value == 0 or 2 <= value <= 600):
+            raise ValueError(f"max_lag_s = {value!r} must be 0 (no bound: keep every "
+                             "utterance) or seconds in 2..600")
+        return value
+
+
+class HostTable(Settings):
+    """`[hosts.NAME]`: how peers reach it, the interface its actors bind, its events port."""
+
+    address: str = "127.0.0.1"
+    bind: str = ""               # "" = its address
+    events_port: int = Field(DEFAULT_EVENTS_PORT, ge=1, le=65535)
 
 
 class TopologyError(ValueError):
@@ -124,29 +154,19 @@ def _unknown(where: str, keys, allowed) -> None:
                                 f"{', '.join(allowed)}")
 
 
+def _located(where: str, exc: ValueError) -> TopologyError:
+    """The settings error `exc` of the table at `where` (file: table), as one line."""
+    text = str(exc)
+    return TopologyError(f"{where}{': ' if text.startswith('unknown key') else '.'}{text}")
+
+
 def _actor_config(name: str, table: dict, src_lang: str, tgt_lang: str, where: str):
-    cls = CONFIG_TYPES[name]
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    _unknown(where, table, allowed)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in table:
-            continue
-        value = table[f.name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        expected = type(default)
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise TopologyError(f"{where}.{f.name} = {value!r} must be a {expected.__name__}")
-        kwargs[f.name] = value
-    config = cls(**kwargs)
-    config.src_lang = config.src_lang or src_lang
-    config.tgt_lang = config.tgt_lang or tgt_lang
     try:
-        config.validate()
+        config = CONFIG_TYPES[name].check(table)
+        config.src_lang = config.src_lang or src_lang
+        config.tgt_lang = config.tgt_lang or tgt_lang
     except ValueError as exc:
-        raise TopologyError(f"{where}.{exc}") from None
+        raise _located(where, exc) from None
     return config
 
 
@@ -193,32 +213,18 @@ def check_engine(name: str, config: EngineConfig, where: str):
 def parse(raw: dict, source: str = "<topology>") -> Topology:
     """Validate a topology already read from TOML."""
     _unknown(source, raw, TOP_KEYS)
-    pipeline = _table(f"{source}: pipeline", raw.get("pipeline", {}))
-    _unknown(f"{source}: pipeline", pipeline, PIPELINE_KEYS)
-    src_lang, tgt_lang = pipeline.get("src_lang", "en"), pipeline.get("tgt_lang", "pt")
-    for key, code in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if not (isinstance(code, str) and len(code) == 2 and code.isalpha() and code.islower()):
-            raise TopologyError(f"{source}: pipeline.{key} = {code!r} must be a two-letter "
-                                "ISO 639-1 code such as 'en' or 'pt'")
-    max_lag_s = pipeline.get("max_lag_s", DEFAULT_MAX_LAG_S)
-    if isinstance(max_lag_s, bool) or not isinstance(max_lag_s, (int, float)) or not (
-            max_lag_s == 0 or 2 <= max_lag_s <= 600):
-        raise TopologyError(f"{source}: pipeline.max_lag_s = {max_lag_s!r} must be 0 (no "
-                            "bound: keep every utterance) or seconds in 2..600")
+    try:
+        pipeline = PipelineTable.check(_table(f"{source}: pipeline", raw.get("pipeline", {})))
+    except ValueError as exc:
+        raise _located(f"{source}: pipeline", exc) from None
+    src_lang, tgt_lang, max_lag_s = pipeline.src_lang, pipeline.tgt_lang, pipeline.max_lag_s
     hosts = {}
     for name, table in _table(f"{source}: hosts", raw.get("hosts", {})).items():
-        _unknown(f"{source}: hosts.{name}", _table(f"{source}: hosts.{name}", table), HOST_KEYS)
-        hosts[name] = Host(name, table.get("address", "127.0.0.1"),
-                           table.get("bind", table.get("address", "127.0.0.1")),
-                           table.get("events_port", DEFAULT_EVENTS_PORT))
-        for key in ("address", "bind"):
-            if not isinstance(getattr(hosts[name], key), str):
-                raise TopologyError(f"{source}: hosts.{name}.{key} = "
-                                    f"{getattr(hosts[name], key)!r} must be a str")
-        port = hosts[name].events_port
-        if not (isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535):
-            raise TopologyError(f"{source}: hosts.{name}.events_port = {port!r} must be a "
-                                "TCP port 1..65535")
+        try:
+            host = HostTable.check(_table(f"{source}: hosts.{name}", table))
+        except ValueError as exc:
+            raise _located(f"{source}: hosts.{name}", exc) from None
+        hosts[name] = Host(name, host.address, host.bind or host.address, host.events_port)
     if not hosts:
         raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
     tables = _table(f"{source}: actors", raw.get("actors", {}))

@@ -181,7 +181,7 @@ def test_sample_rates_known_before_load():
     (EspeakEngine, {"voices": ["pt-br"]}, "voices"),
 ])
 def test_bad_settings_raise_naming_the_key(cls, settings, key):
-    with pytest.raises(ValueError, match=re.escape(repr(key))):
+    with pytest.raises(ValueError, match=re.escape(key)):
         cls(**settings)
 
 

@@ -32,12 +32,6 @@ class AsrEngine(abc.ABC):
         """Text of 16 kHz mono float32 speech in language `lang`."""
 
 
-def _check_settings(settings: dict, allowed: dict[str, object]) -> dict:
-    for key in settings:
-        if key not in allowed:
-            raise ValueError(f"unknown setting {key!r}; allowed: {', '.join(allowed)}")
-    return {**allowed, **settings}
-
 
 
 def _cut_restart(text: str) -> str:

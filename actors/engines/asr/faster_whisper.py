@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib.resources
 import logging
 from pathlib import Path
-from typing import ClassVar
+from typing import Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 
-from actors import budget
-from actors.engines.asr import RATE, AsrEngine, _check_settings, _cut_restart, _degenerate
+from actors import budget, config
+from actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
 from actors.runtime import StartupError
 
 log = logging.getLogger("voxweft.asr")
@@ -55,7 +56,6 @@ def packaged_whisper_tiny_en() -> Path:
 
 # Models shipped in packages, by the name a topology gives them; anything else is a folder.
 PACKAGED_MODELS = ("base", "tiny.en")
-COMPUTE_TYPES = ("int8", "int8_float32", "float32", "default")
 #: compute_type "auto" measures these at load and keeps the faster.
 AUTO_CHOICES = ("int8", "float32")
 
@@ -74,24 +74,28 @@ class FasterWhisperEngine(AsrEngine):
     """
 
     name = "faster-whisper"
-    DEFAULTS: ClassVar[dict] = {"model": "base", "compute_type": "int8", "beam_size": 1,
-                                "threads": 2, "window_s": 5}
+
+    class Settings(config.Settings):
+        """Which Whisper, how it is computed and decoded."""
+
+        model: str = "base"
+        compute_type: Literal["auto", "int8", "int8_float32", "float32", "default"] = "int8"
+        beam_size: int = Field(1, ge=1, le=10)
+        threads: int = Field(2, ge=1, le=64)
+        window_s: Literal[5, 10, 15, 30] = 5   # 30 = Whisper's native window
+
+        @field_validator("model")
+        @classmethod
+        def _model(cls, model: str) -> str:
+            if model not in PACKAGED_MODELS and not Path(model).is_dir():
+                raise ValueError(f"model = {model!r} is none of: {', '.join(PACKAGED_MODELS)}, "
+                                 "nor a CTranslate2 model folder")
+            return model
+
     FULL_WINDOW_S = 30
 
     def __init__(self, **settings) -> None:
-        self.settings = _check_settings(settings, self.DEFAULTS)
-        if self.settings["compute_type"] not in ("auto", *COMPUTE_TYPES):
-            raise ValueError(f"compute_type = {self.settings['compute_type']!r} is not one of: "
-                             f"auto, {', '.join(COMPUTE_TYPES)}")
-        if not 1 <= int(self.settings["beam_size"]) <= 10:
-            raise ValueError(f"beam_size = {self.settings['beam_size']!r} must be 1..10")
-        if self.settings["window_s"] not in (5, 10, 15, 30):
-            raise ValueError(f"window_s = {self.settings['window_s']!r} is not one of: "
-                             "5, 10, 15, 30 (30 = Whisper's native window)")
-        model = self.settings["model"]
-        if model not in PACKAGED_MODELS and not Path(model).is_dir():
-            raise ValueError(f"model = {model!r} is none of: {', '.join(PACKAGED_MODELS)}, "
-                             "nor a CTranslate2 model folder")
+        self.settings = self.Settings.check(settings).model_dump()
         self.model = None
         # compute_type auto: wall s per s of speech of each candidate, and the one kept
         self.variants: dict[str, float] = {}

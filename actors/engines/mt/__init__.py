@@ -32,10 +32,3 @@ class MtEngine(abc.ABC):
 
 
 
-def _check_settings(settings: dict, allowed: dict[str, object]) -> dict:
-    for key in settings:
-        if key not in allowed:
-            raise ValueError(f"unknown setting {key!r}; allowed: {', '.join(allowed)}")
-    return {**allowed, **settings}
-
-

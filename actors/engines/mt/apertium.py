@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from actors.engines.mt import MtEngine, _check_settings
+from pydantic import Field
+
+from actors import config
+from actors.engines.mt import MtEngine
 from actors.runtime import StartupError
 
 _APERTIUM_MISSING = (
@@ -62,17 +65,19 @@ class ApertiumEngine(MtEngine):
         ("en", "ca"): "apertium-eng-cat", ("ca", "en"): "apertium-eng-cat",
         ("fr", "es"): "apertium-fr-es", ("es", "fr"): "apertium-fr-es",
     }
-    DEFAULTS: ClassVar[dict] = {"threads": 1, "timeout_s": 10.0}
+
+    class Settings(config.Settings):
+        """How long one translation may take before the pipeline is restarted."""
+
+        threads: int = Field(1, ge=1, le=64)
+        timeout_s: float = Field(10.0, ge=0.5, le=120.0)
+
     # Characters with a meaning in apertium's stream format; a backslash makes them literal.
     _RESERVED = re.compile(r"([\\^$@/<>\[\]{}])")
     _UNESCAPE = re.compile(r"\\(.)")
 
     def __init__(self, **settings) -> None:
-        self.settings = _check_settings(settings, self.DEFAULTS)
-        timeout = self.settings["timeout_s"]
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
-                or not 0.5 <= timeout <= 120:
-            raise ValueError(f"timeout_s = {timeout!r} must be a number of seconds in 0.5..120")
+        self.settings = self.Settings.check(settings).model_dump()
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.restarts = 0    # pipelines started again after one died
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar
+from typing import Literal
 
-from actors.engines.mt import MtEngine, _check_settings
+from pydantic import Field, field_validator
+
+from actors import config
+from actors.engines.mt import MtEngine
 from actors.runtime import StartupError
 
 # ISO 639-1 -> FLORES-200 codes NLLB uses (the common ones; M2M100 uses `__xx__`).
@@ -21,8 +24,6 @@ NLLB_CODES: dict[str, str] = {
     "sv": "swe_Latn", "sw": "swh_Latn", "th": "tha_Thai", "tr": "tur_Latn", "uk": "ukr_Cyrl",
     "ur": "urd_Arab", "vi": "vie_Latn", "zh": "zho_Hans",
 }
-_CT2_TYPES = ("nllb", "m2m100", "marian")
-_CT2_COMPUTE = ("int8", "int8_float32", "float32", "default")
 
 
 class CTranslate2Engine(MtEngine):
@@ -38,24 +39,28 @@ class CTranslate2Engine(MtEngine):
     """
 
     name = "ctranslate2"
-    DEFAULTS: ClassVar[dict] = {"model_path": "", "model_type": "nllb", "compute_type": "int8",
-                                "beam_size": 2, "threads": 1, "pair": ""}
+
+    class Settings(config.Settings):
+        """The model folder and how to run it."""
+
+        model_path: str = ""
+        model_type: Literal["nllb", "m2m100", "marian"] = "nllb"
+        compute_type: Literal["int8", "int8_float32", "float32", "default"] = "int8"
+        beam_size: int = Field(2, ge=1, le=10)
+        threads: int = Field(1, ge=1, le=64)
+        pair: str = ""
+
+        @field_validator("model_path")
+        @classmethod
+        def _folder(cls, path: str) -> str:
+            if not path or not Path(path).is_dir():
+                raise ValueError(f"model_path = {path!r} must be a CTranslate2 model folder "
+                                 "(ct2-transformers-converter output)")
+            return path
 
     def __init__(self, **settings) -> None:
-        self.settings = _check_settings(settings, self.DEFAULTS)
+        self.settings = self.Settings.check(settings).model_dump()
         s = self.settings
-        if not s["model_path"] or not Path(s["model_path"]).is_dir():
-            raise ValueError(f"model_path = {s['model_path']!r} must be a CTranslate2 model "
-                             "folder (ct2-transformers-converter output)")
-        if s["model_type"] not in _CT2_TYPES:
-            raise ValueError(f"model_type = {s['model_type']!r} is not one of: "
-                             f"{', '.join(_CT2_TYPES)}")
-        if s["compute_type"] not in _CT2_COMPUTE:
-            raise ValueError(f"compute_type = {s['compute_type']!r} is not one of: "
-                             f"{', '.join(_CT2_COMPUTE)}")
-        if isinstance(s["beam_size"], bool) or not isinstance(s["beam_size"], int) \
-                or not 1 <= s["beam_size"] <= 10:
-            raise ValueError(f"beam_size = {s['beam_size']!r} must be an integer 1..10")
         self.folder = Path(s["model_path"])
         self.marian_pair = self._marian_pair() if s["model_type"] == "marian" else None
         self.translator = None

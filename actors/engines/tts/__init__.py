@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
+from actors import config
 from actors.runtime import StartupError
 
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
@@ -157,32 +159,20 @@ def _run_espeak(args: list[str], text: str) -> bytes:
     return proc.stdout
 
 
-def _check_settings(cls_name: str, settings: dict[str, Any], allowed: dict[str, str]) -> None:
-    """Reject setting keys that the engine does not know, naming the allowed ones."""
-    for key in settings:
-        if key not in allowed:
-            choices = ", ".join(f"{k} ({v})" for k, v in allowed.items())
-            raise ValueError(f"{cls_name}: unknown setting {key!r}; allowed: {choices}")
-
-
-def _number(key: str, value: Any, lo: float, hi: float, integer: bool = False) -> float | int:
-    """Validate a numeric setting in [lo, hi]; the error names the key and the range."""
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"setting {key!r} must be {kind} in {lo}..{hi}, got {value!r}")
-    return int(value) if integer else float(value)
-
-
 class TtsEngine(abc.ABC):
     """Text -> streamed speech for one process; built once by load()."""
 
     name: ClassVar[str]
     sample_rate: int
 
+    class Settings(config.Settings):
+        """Every engine takes the actor's thread budget."""
+
+        threads: int = Field(1, ge=1, le=64)
+
     def __init__(self, **settings: Any) -> None:
         """Validate settings; an unknown or invalid key raises ValueError naming it."""
-        self.settings = dict(settings)  # as given, for logs; subclasses validate and apply them
+        self.settings = self.Settings.check(settings)
 
     @abc.abstractmethod
     def languages(self) -> frozenset[str]:

@@ -8,12 +8,11 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from actors.engines.tts import (
     TtsEngine,
-    _check_settings,
     _espeak_path,
-    _number,
     _run_espeak,
     _trim,
 )
@@ -26,25 +25,26 @@ class EspeakEngine(TtsEngine):
     DEFAULT_VOICES: ClassVar[dict[str, str]] = {
         "en": "en-us", "pt": "pt-br", "es": "es", "fr": "fr", "de": "de", "it": "it",
     }
-    _SETTINGS: ClassVar[dict[str, str]] = {
-        "rate_wpm": "int 80..450, default 175",
-        "voices": "mapping ISO-639-1 code -> espeak-ng voice",
-        "threads": "accepted for uniformity; espeak-ng runs one thread per call",
-    }
+
+    class Settings(TtsEngine.Settings):
+        """Speaking rate and the espeak-ng voice of each language (threads: one per call)."""
+
+        rate_wpm: int = Field(175, ge=80, le=450)
+        voices: dict[str, str] = Field(default_factory=lambda: dict(EspeakEngine.DEFAULT_VOICES))
+
+        @field_validator("voices")
+        @classmethod
+        def _voices(cls, voices: dict[str, str]) -> dict[str, str]:
+            if not voices or not all(v.strip() for v in voices.values()):
+                raise ValueError(
+                    "voices must be a non-empty mapping of language code -> espeak-ng voice "
+                    f"name (e.g. {EspeakEngine.DEFAULT_VOICES}), got {voices!r}")
+            return voices
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        _check_settings(type(self).__name__, settings, self._SETTINGS)
-        self.rate_wpm = int(_number("rate_wpm", settings.get("rate_wpm", 175), 80, 450, True))
-        voices = settings.get("voices", self.DEFAULT_VOICES)
-        if not isinstance(voices, dict) or not voices or not all(
-            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in voices.items()
-        ):
-            raise ValueError(
-                f"setting 'voices' must be a non-empty mapping of language code -> espeak-ng "
-                f"voice name (e.g. {self.DEFAULT_VOICES}), got {voices!r}"
-            )
-        self.voices = dict(voices)
+        self.rate_wpm = self.settings.rate_wpm
+        self.voices = dict(self.settings.voices)
         # espeak-ng voices all render at 22.05 kHz (mbrola ones are resampled in synthesize).
         self.sample_rate = 22050
         self._exe: str | None = None

