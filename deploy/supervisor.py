@@ -17,12 +17,9 @@ import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
 
-import zmq
-
 from actors.runtime import EXIT_CONFIG, START_SECS
 from deploy.topology import Topology
-from protocol import sockets
-from protocol.codec import ProtocolError, decode
+from protocol.client import BusClient
 from protocol.messages import Status
 
 GROUP = "voxweft"
@@ -266,29 +263,19 @@ class BusWatcher:
     """Subscribes to every actor's status heartbeat (PUB only: it can never slow anyone)."""
 
     def __init__(self, topology: Topology, actors: list[str] | None = None) -> None:
-        self.ctx = zmq.Context()
         self.actors = actors or list(topology.actors)
-        self.sock = sockets.sub(self.ctx, [topology.pub_connect(a) for a in self.actors],
-                                [b"status."])
+        self.bus = BusClient([topology.pub_connect(a) for a in self.actors], [b"status."])
         self.latest: dict[str, Status] = {}
 
     def poll(self, timeout_s: float) -> None:
         """Collect status messages for up to `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            if not self.sock.poll(int(left * 1000)):
-                return
-            try:
-                msg = decode(self.sock.recv_multipart())
-            except ProtocolError:
-                continue
+        for msg in self.bus.messages(timeout_s):
             if isinstance(msg, Status):
                 self.latest[msg.src] = msg
 
     def close(self) -> None:
         """Close the socket and the context."""
-        self.sock.close(0)
-        self.ctx.term()
+        self.bus.close()
 
 
 def wait_ready(sup: Supervisor, topology: Topology, actors: list[str],

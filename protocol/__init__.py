@@ -1,4 +1,4 @@
-"""The voxweft wire protocol: message types, codec, socket presets. No model code."""
+"""The voxweft wire protocol: message types, codec, socket presets, the bus client (client.py)."""
 
 from protocol.codec import ProtocolError, decode, encode
 from protocol.messages import (

@@ -1,31 +1,33 @@
-"""Bus benchmark: one-way latency of 20 ms audio frames between two processes on one host.
+"""Bus benchmark: one-way latency of 20 ms audio frames between two actor processes on one host.
 
-What is measured: the time from the sender stamping a message (``stamp()`` sets ``sent_ns``,
-exactly as the actor runtime does before it encodes and sends) to the receiver holding the
-decoded message. Each frame is the real :class:`~protocol.messages.AudioFrame` the capture
-actor publishes: 320 float32 samples (20 ms of 16 kHz mono), encoded with
-:func:`protocol.codec.encode` and decoded with :func:`protocol.codec.decode`. The path is the
-actors' own: sender process -> inproc PUSH -> ``zmq.proxy`` thread -> PUB (``sockets.pub``)
--> ipc or tcp loopback -> SUB (``sockets.sub``) polled and drained like ``Runtime._receive``
--> decode, in a separate receiver process. Latency = receiver ``time.time_ns()`` right after
-recv + decode minus the header's ``sent_ns``; both processes read the same host clock.
+What is measured: the actor runtime itself (:class:`actors.runtime.Runtime`), on both sides.
+The sender is an actor whose ``tick()`` yields the real :class:`~protocol.messages.AudioFrame`
+the capture actor publishes (320 float32 samples: 20 ms of 16 kHz mono); the runtime sends
+each one as every actor's output goes: ``Runtime.send`` -> ``_send_on`` (``stamp()`` sets
+``sent_ns``, then :func:`protocol.codec.encode`) -> inproc PUSH -> the output thread
+(``zmq.proxy``) -> PUB (``sockets.pub``) -> ipc or tcp loopback. The receiver is an actor
+subscribed to the sender (``subscriptions()``); its runtime's SUB (``sockets.sub``) is polled
+and drained by ``Runtime._receive``, which decodes and calls ``handle()``. Latency =
+``time.time_ns()`` on entering ``handle()`` minus the header's ``sent_ns``; both processes read
+the same host clock.
 
 So the figures include encode, the ZeroMQ queues and I/O threads, the kernel transport,
-the poll wake-up and decode. They exclude any model or audio device time, the network
-between hosts (tcp here is 127.0.0.1) and clock offsets between hosts.
+the poll wake-up, decode and the runtime's bookkeeping on both sides. They exclude any model
+or audio device time, the network between hosts (tcp here is 127.0.0.1) and clock offsets
+between hosts. Both runtimes also publish their 2 Hz status heartbeats, as in the pipeline.
 
 Two modes:
 
 * ``realtime``: one frame every 20 ms on a monotonic schedule, the load the capture actor
   puts on the bus; latency here is the idle-bus hop cost.
-* ``flood``: frames back to back as fast as the sender can stamp, encode and send; latency
+* ``flood``: frames back to back as fast as the runtime can stamp, encode and send; latency
   here includes queueing behind earlier frames, and ``rate_per_s`` is the throughput.
 
 PUB drops silently at its high-water mark (the presets are not changed for the benchmark),
 so ``lost`` counts frames sent but never received. PUB/SUB joins asynchronously: the sender
-publishes warm-up frames (sender name ``warmup``, not counted) until the receiver has seen
-one, and only then starts the measured frames. A final end-of-stream marker, repeated until
-the receiver acknowledges it, ends the run; the receiver also stops after a silence timeout,
+publishes warm-up frames (stream ``warmup``, not counted) until the receiver has seen one,
+and only then starts the measured frames. A final end-of-stream marker, repeated until the
+receiver acknowledges it, ends the run; the receiver also stops after a silence timeout,
 and the caller kills both processes if they overrun, so nothing can hang.
 """
 
@@ -34,21 +36,21 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 import traceback
+from collections.abc import Iterator
 from multiprocessing import connection
 
 import numpy as np
-import zmq
 
-from actors.runtime import output_proxy
-from protocol import sockets
-from protocol.codec import decode, encode
-from protocol.messages import AudioFrame, EndOfStream, now_ns, stamp
+from actors.runtime import Actor, Runtime
+from protocol.codec import encode
+from protocol.messages import AudioFrame, EndOfStream, Message, now_ns, stamp
+from tools.interpret import free_ports
 from tools.latency import percentile
 
 TRANSPORTS = ("ipc", "tcp")
@@ -58,10 +60,11 @@ SAMPLE_RATE = 16000
 FRAME_S = 0.02                                   # one capture frame: 20 ms
 FRAME_SAMPLES = int(SAMPLE_RATE * FRAME_S)       # 320 samples of float32
 
-BENCH_SRC = "bench"          # sender name of measured frames and of the end marker
-WARMUP_SRC = "warmup"        # sender name of warm-up frames, discarded by the receiver
+BENCH_SRC = "bench"          # the sending actor
+RECEIVER = "bench-rx"        # the receiving actor (the runtime binds a PUB for it too)
+BENCH_STREAM = "bench"       # stream of measured frames and of the end marker
+WARMUP_STREAM = "warmup"     # stream of warm-up frames, discarded by the receiver
 TOPICS = [b"audio.", b"eos."]   # what the segmenter subscribes to from capture
-INPROC = "inproc://out"      # the runtime's internal output queue
 
 STARTUP_S = 30.0             # process start, imports and the PUB/SUB join, on a busy host
 WARMUP_MIN = 25              # warm-up frames sent at least, so the code paths are warm
@@ -70,154 +73,188 @@ SETTLE_S = 0.1               # let the last warm-up frames drain before measurin
 IDLE_S = 5.0                 # receiver gives up after this long without any message
 MARKER_GAP_S = 0.02          # the end marker is repeated this often until acknowledged ...
 MARKER_S = 10.0              # ... for at most this long
-POLL_MS = 100                # receiver poll timeout (the runtime's default tick interval)
 JOIN_S = 5.0                 # how long a finished process may take to exit
 
 
+class BenchTopology:
+    """The part of a topology the runtime reads: where each bench actor's PUB is."""
+
+    def __init__(self, endpoints: dict[str, str]) -> None:
+        self.endpoints = endpoints
+
+    def pub_bind(self, actor: str) -> str:
+        """Endpoint the actor's PUB binds."""
+        return self.endpoints[actor]
+
+    def pub_connect(self, actor: str) -> str:
+        """Endpoint a subscriber connects to (the same: one host)."""
+        return self.endpoints[actor]
+
+
+def _run_actor(actor: Actor) -> None:
+    """Run `actor` under the real runtime until it sets `actor.stop`; raise what went wrong."""
+    os.environ.pop("VOXWEFT_FAULT", None)   # meant for the pipeline's actors, not the bench's
+    runtime = Runtime(actor)
+    actor.stop = runtime.stop
+    code = runtime.run()
+    if actor.failure:
+        raise RuntimeError(actor.failure)
+    if code:
+        raise RuntimeError(f"the {actor.name} runtime exited with code {code} (see its log)")
+
+
 # -- sender process ---------------------------------------------------------------------------
-def _publish(bind: str, mode: str, count: int, ready, done, endpoint_out) -> dict:
-    ctx = zmq.Context()
-    out = proxy = None
-    try:
-        pull = ctx.socket(zmq.PULL)
-        pull.setsockopt(zmq.LINGER, 0)
-        pull.bind(INPROC)
-        pub = sockets.pub(ctx, bind)
-        endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)   # the real port for tcp ":*"
-        proxy = threading.Thread(target=output_proxy, args=(pull, pub), name="output", daemon=True)
-        proxy.start()
-        out = ctx.socket(zmq.PUSH)
-        out.setsockopt(zmq.LINGER, 0)
-        out.connect(INPROC)
-        endpoint_out.send(endpoint)
+class BenchSender(Actor):
+    """Publishes warm-up frames, the measured frames, then end markers; then stops."""
 
-        epoch = time.time_ns()
-        pcm = np.random.default_rng(0).uniform(-0.5, 0.5, FRAME_SAMPLES).astype(np.float32)
+    name = BENCH_SRC
 
-        def frame(i: int) -> AudioFrame:
-            return AudioFrame(pcm=pcm, sample_rate=SAMPLE_RATE, media_s=i * FRAME_S,
-                              capture_ns=now_ns())
+    def __init__(self, topology: BenchTopology, mode: str, count: int, ready, done) -> None:
+        super().__init__(topology, None)
+        self.mode, self.count = mode, count
+        self.ready, self.done = ready, done    # set by the receiver: it hears us / it is done
+        self.pcm = np.random.default_rng(0).uniform(-0.5, 0.5, FRAME_SAMPLES).astype(np.float32)
+        self.stop = None                       # the runtime's stop event
+        self.failure = ""
+        self.result: dict | None = None
 
-        def send(msg, src: str, seq: int) -> None:
-            # Runtime._send_on: stamp (sets sent_ns), encode, send on the inproc queue.
-            msg = stamp(msg, src=src, epoch=epoch, seq=seq)
-            out.send_multipart(encode(msg), copy=False)
+    def frame(self, i: int, stream: str) -> AudioFrame:
+        """The i-th 20 ms frame of `stream`."""
+        return AudioFrame(pcm=self.pcm, sample_rate=SAMPLE_RATE, stream=stream,
+                          media_s=i * FRAME_S, capture_ns=now_ns())
 
+    def tick(self) -> Iterator[Message]:
+        """The whole run, on the first turn of the loop; the runtime sends each output."""
+        if self.result is not None or self.failure:
+            return
+        try:
+            yield from self._run()
+        except Exception:  # noqa: BLE001 - the runtime would only log it
+            self.failure = traceback.format_exc()
+        finally:
+            self.stop.set()
+
+    def _run(self) -> Iterator[Message]:
         # Warm-up until the receiver has seen a frame: only then is the subscription active.
         deadline = time.monotonic() + STARTUP_S
         warmup = 0
-        while not ready.is_set() or warmup < WARMUP_MIN:
+        while not self.ready.is_set() or warmup < WARMUP_MIN:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the subscriber received no warm-up frame within "
                                    f"{STARTUP_S:.0f} s")
             warmup += 1
-            send(frame(warmup), WARMUP_SRC, warmup)
-            ready.wait(WARMUP_GAP_S)
+            yield self.frame(warmup, WARMUP_STREAM)
+            self.ready.wait(WARMUP_GAP_S)
         time.sleep(SETTLE_S)
 
         t0 = time.monotonic()
-        for i in range(count):
-            if mode == "realtime":
+        for i in range(self.count):
+            if self.mode == "realtime":
                 delay = t0 + i * FRAME_S - time.monotonic()   # fixed schedule: no drift
                 if delay > 0:
                     time.sleep(delay)
-            send(frame(i), BENCH_SRC, i + 1)
-        send_s = time.monotonic() - t0
+            yield self.frame(i, BENCH_STREAM)
 
         # The end marker may itself be dropped at the high-water mark: repeat it until the
-        # subscriber says it is done (or gave up). Closing before that would discard, with
+        # subscriber says it is done (or gave up). Stopping before that would discard, with
         # linger 0, frames still queued in the PUB.
         deadline = time.monotonic() + MARKER_S
-        marker = 0
         while True:
-            marker += 1
-            send(EndOfStream(media_s=count * FRAME_S), BENCH_SRC, marker)
-            if done.wait(MARKER_GAP_S) or time.monotonic() > deadline:
+            yield EndOfStream(media_s=self.count * FRAME_S, stream=BENCH_STREAM)
+            if self.done.wait(MARKER_GAP_S) or time.monotonic() > deadline:
                 break
 
-        last = stamp(frame(count - 1), src=BENCH_SRC, epoch=epoch, seq=count)
-        return {"sent": count, "send_s": send_s, "warmup": warmup,
-                "payload_bytes": sum(len(part) for part in encode(last))}
-    finally:
-        if out is not None:
-            out.close(0)
-        if proxy is None:
-            ctx.destroy(linger=0)      # failed before the proxy owned its sockets
-        else:
-            ctx.term()                 # ends zmq.proxy; the thread closes pull and pub
-            proxy.join(JOIN_S)
+        last = stamp(self.frame(self.count - 1, BENCH_STREAM), src=self.name, epoch=1,
+                     seq=self.count)
+        self.result = {"sent": self.count, "warmup": warmup,
+                       "payload_bytes": sum(len(part) for part in encode(last))}
 
 
-def _publisher(bind: str, mode: str, count: int, ready, done, endpoint_out, result_out) -> None:
+def _publisher(topology: BenchTopology, mode: str, count: int, ready, done,
+               result_out) -> None:
     """Sender process entry point: result or traceback goes back on `result_out`."""
     try:
-        result_out.send(("ok", _publish(bind, mode, count, ready, done, endpoint_out)))
+        sender = BenchSender(topology, mode, count, ready, done)
+        _run_actor(sender)
+        result_out.send(("ok", sender.result))
     except Exception:  # noqa: BLE001 - the parent raises it with the traceback
         result_out.send(("error", traceback.format_exc()))
     finally:
         result_out.close()
-        endpoint_out.close()
 
 
 # -- receiver process -------------------------------------------------------------------------
-def _subscribe(endpoint_in, ready, done) -> dict:
-    if not endpoint_in.poll(STARTUP_S):
-        raise RuntimeError(f"the publisher sent no endpoint within {STARTUP_S:.0f} s")
-    endpoint = endpoint_in.recv()
-    ctx = zmq.Context()
-    sock = sockets.sub(ctx, [endpoint], TOPICS)
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    latencies_ns: list[int] = []
-    first_ns = last_ns = 0
-    warmup = 0
-    ended = False
-    heard: float | None = None          # monotonic time of the last message
-    deadline = time.monotonic() + STARTUP_S
-    try:
-        while not ended:
-            if not poller.poll(POLL_MS):
-                now = time.monotonic()
-                if heard is None and now > deadline:
-                    raise RuntimeError(f"no frame from {endpoint} within {STARTUP_S:.0f} s")
-                if heard is not None and now - heard > IDLE_S:
-                    break           # publisher gone or end marker lost: report what came
-                continue
-            heard = time.monotonic()
-            for _ in range(256):    # drained like Runtime._receive
-                try:
-                    frames = sock.recv_multipart(flags=zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                msg = decode(frames)
-                recv_ns = time.time_ns()
-                if msg.src == WARMUP_SRC:
-                    warmup += 1
-                    if warmup == 1:
-                        ready.set()
-                    continue
-                if isinstance(msg, EndOfStream):
-                    ended = True
-                    break
-                latencies_ns.append(recv_ns - msg.sent_ns)
-                first_ns = first_ns or recv_ns
-                last_ns = recv_ns
-    finally:
-        done.set()
-        sock.close(0)
-        ctx.term()
-    return {"latencies_ns": latencies_ns, "first_ns": first_ns, "last_ns": last_ns,
-            "warmup": warmup, "ended": ended}
+class BenchReceiver(Actor):
+    """Takes the sender's frames through the runtime and notes each one's latency."""
+
+    name = RECEIVER
+
+    def __init__(self, topology: BenchTopology, ready, done) -> None:
+        super().__init__(topology, None)
+        self.ready, self.done = ready, done
+        self.stop = None                       # the runtime's stop event
+        self.failure = ""
+        self.latencies_ns: list[int] = []
+        self.first_ns = self.last_ns = 0
+        self.warmups = 0
+        self.ended = False
+        self.heard: float | None = None        # monotonic time of the last frame or marker
+        self.deadline = 0.0
+
+    def subscriptions(self) -> list[tuple[str, bytes]]:
+        """The sender's audio and end of stream, as the segmenter takes capture's."""
+        return [(BENCH_SRC, topic) for topic in TOPICS]
+
+    def load(self) -> None:
+        """Start the clock for the first frame."""
+        self.deadline = time.monotonic() + STARTUP_S
+
+    def handle(self, msg: Message) -> Iterator[Message]:
+        """Note a measured frame's latency; a warm-up frame says the sender is heard."""
+        recv_ns = time.time_ns()
+        if isinstance(msg, AudioFrame | EndOfStream) and not self.ended:
+            self.heard = time.monotonic()
+            if isinstance(msg, EndOfStream):
+                self.ended = True
+                self.finish()
+            elif msg.stream == WARMUP_STREAM:
+                self.warmups += 1
+                self.ready.set()
+            else:
+                self.latencies_ns.append(recv_ns - msg.sent_ns)
+                self.first_ns = self.first_ns or recv_ns
+                self.last_ns = recv_ns
+        return ()
+
+    def tick(self) -> Iterator[Message]:
+        """Give up when the sender never came, or went quiet (its end marker lost)."""
+        now = time.monotonic()
+        if self.heard is None and now > self.deadline and not self.stop.is_set():
+            self.failure = (f"no frame from {self.topology.pub_connect(BENCH_SRC)} within "
+                            f"{STARTUP_S:.0f} s")
+            self.finish()
+        if self.heard is not None and now - self.heard > IDLE_S:
+            self.finish()   # report what came
+        return ()
+
+    def finish(self) -> None:
+        """Tell the sender we are done, and stop."""
+        self.done.set()
+        self.stop.set()
 
 
-def _subscriber(endpoint_in, ready, done, result_out) -> None:
+def _subscriber(topology: BenchTopology, ready, done, result_out) -> None:
     """Receiver process entry point: result or traceback goes back on `result_out`."""
     try:
-        result_out.send(("ok", _subscribe(endpoint_in, ready, done)))
+        receiver = BenchReceiver(topology, ready, done)
+        _run_actor(receiver)
+        result_out.send(("ok", {"latencies_ns": receiver.latencies_ns,
+                                "first_ns": receiver.first_ns, "last_ns": receiver.last_ns,
+                                "warmup": receiver.warmups, "ended": receiver.ended}))
     except Exception:  # noqa: BLE001 - the parent raises it with the traceback
-        done.set()
         result_out.send(("error", traceback.format_exc()))
     finally:
+        done.set()
         result_out.close()
 
 
@@ -247,7 +284,7 @@ def _collect(waiting: dict, timeout_s: float) -> dict:
 
 
 def measure(transport: str, mode: str, seconds: float = 10.0, frames: int = 20000) -> dict:
-    """Measure one-way PUB->SUB latency of 20 ms audio frames between two processes.
+    """Measure one-way latency of 20 ms audio frames between two actor runtimes.
 
     Args:
         transport: ``"ipc"`` (a unix socket in a fresh temporary directory, removed
@@ -284,21 +321,23 @@ def measure(transport: str, mode: str, seconds: float = 10.0, frames: int = 2000
         count, run_s = int(frames), frames * 0.001   # 1 ms a frame: very generous
 
     tmp = tempfile.mkdtemp(prefix="vwbench-") if transport == "ipc" else None
-    bind = f"ipc://{tmp}/bus" if tmp else "tcp://127.0.0.1:*"
+    names = (BENCH_SRC, RECEIVER)
+    ends = ([f"ipc://{tmp}/{a}" for a in names] if tmp
+            else [f"tcp://127.0.0.1:{port}" for port in free_ports(len(names))])
+    topology = BenchTopology(dict(zip(names, ends, strict=True)))
     mp = multiprocessing.get_context("spawn")
     ready, done = mp.Event(), mp.Event()
-    endpoint_in, endpoint_out = mp.Pipe(duplex=False)
     pub_in, pub_out = mp.Pipe(duplex=False)
     sub_in, sub_out = mp.Pipe(duplex=False)
     publisher = mp.Process(target=_publisher, name="busbench-pub", daemon=True,
-                           args=(bind, mode, count, ready, done, endpoint_out, pub_out))
+                           args=(topology, mode, count, ready, done, pub_out))
     subscriber = mp.Process(target=_subscriber, name="busbench-sub", daemon=True,
-                            args=(endpoint_in, ready, done, sub_out))
+                            args=(topology, ready, done, sub_out))
     procs = {"publisher": publisher, "subscriber": subscriber}
     try:
         for proc in procs.values():
             proc.start()
-        for conn in (endpoint_in, endpoint_out, pub_out, sub_out):
+        for conn in (pub_out, sub_out):
             conn.close()    # the children hold them now; EOF then means a child died
         results = _collect({pub_in: ("publisher", publisher), sub_in: ("subscriber", subscriber)},
                            2 * STARTUP_S + MARKER_S + run_s)

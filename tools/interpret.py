@@ -12,14 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import zmq
-
 from actors import budget
 from deploy.events import Board, exit_words
 from deploy.supervisor import Supervisor, SupervisorError, down_for_good, wait_ready
 from deploy.topology import Topology, parse
-from protocol import sockets
-from protocol.codec import ProtocolError, decode
+from protocol.client import BusClient
 from protocol.messages import (
     Done,
     EndOfStream,
@@ -267,12 +264,11 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)
     sup.write(topology, "_interpret")
-    ctx = zmq.Context()
     # Subscribe before anything starts: the file source waits for every actor to be ready,
     # by which time these subscriptions have long been live.
-    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in topology.actors], topics)
+    bus = BusClient([topology.pub_connect(a) for a in topology.actors], topics)
     # Which actor is down and why, from supervisord's event listener.
-    events = sockets.sub(ctx, [topology.events_connect("_interpret")], [b"supervision."])
+    events = BusClient([topology.events_connect("_interpret")], [b"supervision."])
     board = Board()
     code, reason = 0, ""
     t0 = time.monotonic()
@@ -289,15 +285,13 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
             if time.monotonic() > limit:
                 code, reason = 1, f"timed out after {timeout_s:.0f} s"
                 break
-            if sub.poll(200):
+            msg = bus.recv(0.2)
+            if msg is not None:
+                collector.add(msg)
+            while (msg := events.recv(0)) is not None:
                 try:
-                    collector.add(decode(sub.recv_multipart()))
-                except ProtocolError:
-                    continue
-            while events.poll(0):
-                try:
-                    line = board.update(decode(events.recv_multipart()))
-                except (ProtocolError, AttributeError):
+                    line = board.update(msg)
+                except AttributeError:   # not a Supervision message
                     continue
                 if line:
                     print(f"voxweft: {line}", flush=True)
@@ -322,9 +316,8 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
         # A second signal must not cut the shutdown short: actors would be left behind.
         for signum in original:
             signal.signal(signum, signal.SIG_IGN)
-        sub.close(0)
-        events.close(0)
-        ctx.term()
+        bus.close()
+        events.close()
         try:
             sup.shutdown()
         except SupervisorError as exc:

@@ -19,6 +19,7 @@ import zmq
 
 from deploy.topology import Topology
 from protocol import sockets
+from protocol.client import BusClient
 from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, ProtocolError, decode, encode
 from protocol.messages import (
     CUSTODY_TYPES,
@@ -32,7 +33,6 @@ from protocol.messages import (
     Translation,
     VadEvent,
     is_draft,
-    now_ns,
     trace_ns,
 )
 
@@ -88,44 +88,34 @@ def format_line(row: dict) -> str:
 
 def tap(topology: Topology, args) -> int:
     """Print every message on the bus until --count or --duration."""
-    ctx = zmq.Context()
     endpoints = [topology.pub_connect(a) for a in topology.actors]
-    sock = sockets.sub(ctx, endpoints, [args.topic.encode()])
+    bus = BusClient(endpoints, [args.topic.encode()])
     record = open(args.record, "wb") if args.record else None   # noqa: SIM115 - closed below
     packer = msgpack.Packer(use_bin_type=True)
     seen = 0
-    deadline = time.monotonic() + args.duration if args.duration else None
-    bad = 0
     print(f"voxweft tap: listening on {', '.join(endpoints)}", file=sys.stderr)
     try:
-        while args.count is None or seen < args.count:
-            wait = 500 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            if deadline is not None and wait == 0:
-                break
-            if not sock.poll(min(wait, 500)):
-                continue
-            frames = sock.recv_multipart()
-            recv = now_ns()
+        wanted = args.count is None or args.count > 0
+        for got in bus.stream(args.duration or None) if wanted else ():
             if record:
-                record.write(packer.pack([recv, *frames]))
-            try:
-                msg = decode(frames)
-            except ProtocolError as exc:
-                bad += 1
-                print(f"voxweft tap: undecodable message ({exc})", file=sys.stderr)
+                record.write(packer.pack([got.recv_ns, *got.frames]))
+            if got.message is None:
+                print(f"voxweft tap: undecodable message ({got.error})", file=sys.stderr)
                 continue
             seen += 1
-            row = describe(msg, recv)
+            row = describe(got.message, got.recv_ns)
             print(json.dumps(row, ensure_ascii=False) if args.json else format_line(row),
                   flush=True)
+            if seen == args.count:
+                break
     except KeyboardInterrupt:
         pass
     finally:
-        sock.close(0)
-        ctx.term()
+        bus.close()
         if record:
             record.close()
-    print(f"voxweft tap: {seen} message(s), {bad} undecodable", file=sys.stderr)
+    print(f"voxweft tap: {seen} message(s), {sum(bus.bad.values())} undecodable",
+          file=sys.stderr)
     return 0
 
 

@@ -12,12 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import zmq
-
 from deploy.events import Board
 from deploy.topology import Topology
-from protocol import sockets
-from protocol.codec import ProtocolError, decode
+from protocol.client import BusClient
 from protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
 
 
@@ -34,36 +31,25 @@ def side_by_side(source: str, target: str, width: int) -> str:
 def watch(topology: Topology, transcript_path: Path, duration_s: float | None = None,
           out=sys.stdout) -> int:
     """Print each utterance as it is translated; append it to `transcript_path` (JSONL)."""
-    ctx = zmq.Context()
-    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in ("asr", "mt")],
-                      [b"transcript.", b"translation."])
+    bus = BusClient([topology.pub_connect(a) for a in ("asr", "mt")],
+                    [b"transcript.", b"translation."])
     # Live audio dropped at capture (the pipeline fell behind), from its heartbeat.
-    sub.setsockopt(zmq.SUBSCRIBE, b"status.capture")
-    sub.connect(topology.pub_connect("capture"))
+    bus.listen([topology.pub_connect("capture")], [b"status.capture"])
     dropped_ms = None
     # Translations not spoken because the listener was too far behind (actors.lag).
-    sub.setsockopt(zmq.SUBSCRIBE, b"playback.")
-    sub.connect(topology.pub_connect("player"))
+    bus.listen([topology.pub_connect("player")], [b"playback."])
     said: dict[str, str] = {}
     # Which actor is down and why, from every host's supervisord (deploy.events).
-    sub.setsockopt(zmq.SUBSCRIBE, b"supervision.")
-    for host in topology.hosts_in_use():
-        sub.connect(topology.events_connect(host))
+    bus.listen([topology.events_connect(h) for h in topology.hosts_in_use()],
+               [b"supervision."])
     board = Board()
     sources: dict[str, Transcript] = {}
     width = shutil.get_terminal_size((120, 20)).columns
-    deadline = time.monotonic() + duration_s if duration_s else None
     transcript_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"voxweft watch: rolling transcript in {transcript_path}", file=sys.stderr)
     try:
         with open(transcript_path, "a", encoding="utf-8") as rolling:
-            while deadline is None or time.monotonic() < deadline:
-                if not sub.poll(250):
-                    continue
-                try:
-                    msg = decode(sub.recv_multipart())
-                except ProtocolError:
-                    continue
+            for msg in bus.messages(duration_s or None):
                 if isinstance(msg, Status):
                     now = msg.counters.get("dropped_ms", 0)
                     if dropped_ms is not None and now > dropped_ms:
@@ -98,6 +84,5 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
     except KeyboardInterrupt:
         pass
     finally:
-        sub.close(0)
-        ctx.term()
+        bus.close()
     return 0

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 
 import pytest
-import zmq
 
 from deploy.topology import load
-from protocol import sockets
-from protocol.codec import decode
+from protocol.client import BusClient
 from protocol.messages import PlaybackEvent, Transcript, VadEvent
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, local_topology
 from tests.pulse import DEVICE, SINK, pulse  # noqa: F401 - the fixture
@@ -35,19 +32,15 @@ def live_session(short_tmp, echo_mode: str) -> list[Transcript]:
         "player": {"sink": "device", "device": DEVICE},
         "segmenter": {"echo_mode": echo_mode}}})
     topology = load(path)
-    ctx = zmq.Context()
-    sub = sockets.sub(ctx, [topology.pub_connect(a) for a in topology.actors],
-                      [b"vad.", b"transcript.", b"playback."])
+    bus = BusClient([topology.pub_connect(a) for a in topology.actors],
+                    [b"vad.", b"transcript.", b"playback."])
     seen: list = []
 
     def collect(seconds: float, until=None):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if sub.poll(100):
-                msg = decode(sub.recv_multipart())
-                seen.append(msg)
-                if until and until(msg):
-                    return msg
+        for msg in bus.messages(seconds):
+            seen.append(msg)
+            if until and until(msg):
+                return msg
         return None
 
     def finished(msg) -> bool:
@@ -65,8 +58,7 @@ def live_session(short_tmp, echo_mode: str) -> list[Transcript]:
     finally:
         subprocess.run([*VOXWEFT, "down", "--run-dir", str(run / "sv")], cwd=ROOT,
                        capture_output=True, timeout=60)
-        sub.close(0)
-        ctx.term()
+        bus.close()
     committed = [m.utt for m in seen if isinstance(m, VadEvent) and m.event == "end"]
     transcripts = [m for m in seen if isinstance(m, Transcript) and m.final]
     for m in seen:   # what happened, for the log of a failed run

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 import zmq
 
 from protocol import sockets
-from protocol.codec import decode, encode
+from protocol.client import BusClient
+from protocol.codec import encode
 from protocol.messages import stamp
 from tests.conftest import ROOT, corpus_clips, local_topology, write_session
 
@@ -21,7 +21,7 @@ class FakeUpstream:
     def __init__(self, topology, upstream: str, actor: str) -> None:
         self.ctx = zmq.Context()
         self.pub = sockets.pub(self.ctx, topology.pub_bind(upstream))
-        self.sub = sockets.sub(self.ctx, [topology.pub_connect(actor)], [b""])
+        self.bus = BusClient([topology.pub_connect(actor)])
         self.upstream = upstream
         self.seq = 0
 
@@ -30,18 +30,15 @@ class FakeUpstream:
         self.pub.send_multipart(encode(stamp(msg, src=self.upstream, epoch=1, seq=self.seq)))
 
     def receive(self, kind, timeout_s: float, where=lambda m: True):
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            if self.sub.poll(int(left * 1000)):
-                msg = decode(self.sub.recv_multipart())
-                if isinstance(msg, kind) and where(msg):
-                    return msg
+        for msg in self.bus.messages(timeout_s):
+            if isinstance(msg, kind) and where(msg):
+                return msg
         return None
 
     def close(self) -> None:
         self.pub.close(0)
-        self.sub.close(0)
         self.ctx.term()
+        self.bus.close()
 
 
 @pytest.fixture

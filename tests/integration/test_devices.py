@@ -17,12 +17,11 @@ import time
 import numpy as np
 import pytest
 import soundfile as sf
-import zmq
 
 from actors.capture import PIPELINE_RATE, MicrophoneSource
 from actors.player import PlayerActor
 from deploy.topology import load
-from protocol import sockets
+from protocol.client import BusClient
 from protocol.codec import decode, encode
 from protocol.messages import AudioFrame, PlaybackEvent, SpeechChunk, Status, stamp
 from tests.conftest import ROOT, corpus_clips, local_topology, read_16k
@@ -274,14 +273,12 @@ def test_capture_counts_overflow_and_keeps_the_timeline(pulse):  # noqa: F811
     assert np.max(np.abs(np.diff(stamps) - 20_000_000)) < 5_000_000
 
 
-def _capture_frames(ctx, topo, stop, out):
-    sub = sockets.sub(ctx, [topo.pub_connect("capture")], [b"audio.", b"status."])
-    try:
+def _capture_frames(topo, stop, out):
+    with BusClient([topo.pub_connect("capture")], [b"audio.", b"status."]) as bus:
         while not stop.is_set():
-            if sub.poll(50):
-                out.append(decode(sub.recv_multipart()))
-    finally:
-        sub.close(0)
+            msg = bus.recv(0.05)
+            if msg is not None:
+                out.append(msg)
 
 
 def _wait_ready(messages, actor, timeout_s):
@@ -312,10 +309,9 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
     clip = corpus_clips()[3]
     speech, rate = sf.read(clip, dtype="float32")
     up = FakeUpstream(topo, "tts", "player")
-    ctx = zmq.Context()
     stop = threading.Event()
     captured: list = []
-    reader = threading.Thread(target=_capture_frames, args=(ctx, topo, stop, captured))
+    reader = threading.Thread(target=_capture_frames, args=(topo, stop, captured))
     reader.start()
     procs = [start_actor(path, "player"), start_actor(path, "capture")]
     try:
@@ -358,7 +354,6 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
     finally:
         stop.set()
         reader.join()
-        ctx.term()
         up.close()
         for p in procs:
             p.terminate()

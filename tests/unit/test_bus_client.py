@@ -1,0 +1,75 @@
+"""The one bus client on real sockets: it decodes, counts and skips garbage, and times out."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from protocol import sockets
+from protocol.client import BusClient
+from protocol.codec import encode
+from protocol.messages import Status, Transcript, stamp
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def publisher(tmp_path):
+    ctx = zmq.Context()
+    pub = sockets.pub(ctx, f"ipc://{tmp_path}/pub")
+    yield pub
+    pub.close(0)
+    ctx.term()
+
+
+def _joined(pub: zmq.Socket, bus: BusClient) -> None:
+    """Publish heartbeats until the client hears one: PUB/SUB joins asynchronously."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pub.send_multipart(encode(stamp(Status(state="ready"), src="mt", epoch=1, seq=1)))
+        if bus.recv(0.05) is not None:
+            while bus.recv(0.05) is not None:   # what was still queued
+                pass
+            return
+    pytest.fail("the client never heard the publisher")
+
+
+def test_garbage_is_counted_and_skipped(publisher):
+    endpoint = publisher.getsockopt_string(zmq.LAST_ENDPOINT)
+    with BusClient([endpoint]) as bus:
+        _joined(publisher, bus)
+        publisher.send_multipart([b"transcript.asr", b"\xc1 not msgpack"])
+        publisher.send_multipart([b"junk"])
+        msg = Transcript(utt="u1", src_lang="en", text="hello")
+        publisher.send_multipart(encode(stamp(msg, src="asr", epoch=1, seq=1)))
+        got = bus.recv(5)
+        assert isinstance(got, Transcript) and got.text == "hello"
+        assert bus.bad == {"bad_header": 1, "bad_frames": 1}
+    assert bus.sock.closed
+
+
+def test_raw_frames_come_with_the_error(publisher):
+    endpoint = publisher.getsockopt_string(zmq.LAST_ENDPOINT)
+    with BusClient([endpoint]) as bus:
+        _joined(publisher, bus)
+        publisher.send_multipart([b"junk"])
+        got = bus.receive(5)
+        assert got is not None and got.frames == [b"junk"] and got.message is None
+        assert got.error.kind == "bad_frames" and got.recv_ns > 0
+
+
+def test_topics_filter_and_timeouts_end_the_wait(publisher):
+    endpoint = publisher.getsockopt_string(zmq.LAST_ENDPOINT)
+    with BusClient([], [b"status."]) as bus:
+        bus.listen([endpoint], [b"transcript.asr"])
+        _joined(publisher, bus)
+        for src in ("asr", "other"):
+            msg = Transcript(utt="u1", src_lang="en", text=src)
+            publisher.send_multipart(encode(stamp(msg, src=src, epoch=1, seq=1)))
+        assert [m.text for m in bus.messages(0.5)] == ["asr"]
+        t0 = time.monotonic()
+        assert bus.recv(0.2) is None and bus.recv(0) is None
+        assert list(bus.stream(0.2)) == []
+        assert 0.35 < time.monotonic() - t0 < 2
