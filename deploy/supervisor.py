@@ -28,6 +28,16 @@ START_RETRIES = 3
 STOP_WAIT_SECS = 5    # actors exit within 2 s of SIGTERM; the rest is margin
 
 
+def _engine_env(actor: str, config) -> dict[str, str]:
+    """What an actor's engine needs in its process environment from the start (a preload)."""
+    from actors import engines
+
+    if actor not in engines.STAGES:
+        return {}
+    cls = engines.engine_class(actor, config.engine)
+    return dict(cls.process_env()) if hasattr(cls, "process_env") else {}
+
+
 def down_for_good(state: str, exit_status: int) -> bool:
     """Whether supervisord will not start this actor again by itself.
 
@@ -83,9 +93,10 @@ def render(topology: Topology, host: str, run_dir: Path) -> str:
             "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": 1,
             "PYTHONPATH": project_root,
         }
-        passthrough = ("VOXWEFT_FAULT", "PULSE_SERVER", "PULSE_RUNTIME_PATH", "HOME",
-                       "XDG_RUNTIME_DIR")
+        passthrough = ("VOXWEFT_FAULT", "VOXWEFT_MODELS", "VOXWEFT_MODELS_CATALOGUE",
+                       "PULSE_SERVER", "PULSE_RUNTIME_PATH", "HOME", "XDG_RUNTIME_DIR")
         env.update({k: os.environ[k] for k in passthrough if k in os.environ})
+        env.update(_engine_env(name, topology.actors[name]))
         env_line = ",".join(f'{k}="{v}"' for k, v in env.items())
         lines += [
             f"[program:{name}]",

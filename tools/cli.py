@@ -302,6 +302,17 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def cmd_models(args) -> int:
+    """Models installed, where, and which topology needs which; fetch or convert one."""
+    from tools import models
+
+    if args.models_command == "fetch":
+        return models.cmd_fetch(args.name)
+    if args.models_command == "convert-whisper":
+        return models.cmd_convert_whisper(args.ct2_dir, args.out_dir, args.dtype, args.bits)
+    return models.cmd_list(args.topology, as_json=args.json, verify=args.verify)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = argparse.ArgumentParser(prog="voxweft", description="Local speech-to-speech "
@@ -408,6 +419,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("devices", help="list audio input and output devices")
     sp.set_defaults(fn=cmd_devices)
+
+    sp = sub.add_parser("models", help="models installed, where, which topology needs which; "
+                                       "fetch or convert one")
+    sp.add_argument("--topology", action="append",
+                    help="also this topology (every deploy/*.toml is always read)")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.add_argument("--verify", action="store_true",
+                    help="check each catalogue file's sha256 too (reads every byte)")
+    msub = sp.add_subparsers(dest="models_command", metavar="{fetch,convert-whisper}")
+    mp = msub.add_parser("fetch", help="download a catalogue model at its pinned revision; "
+                                       "every file's sha256 is checked")
+    mp.add_argument("name", help="a catalogue name, as `voxweft models` lists it")
+    mp = msub.add_parser("convert-whisper", help="turn a CTranslate2 Whisper into an MLX one")
+    mp.add_argument("ct2_dir", metavar="CT2_DIR",
+                    help="a CTranslate2 Whisper folder, or base / tiny.en (the packaged ones)")
+    mp.add_argument("out_dir", metavar="OUT_DIR")
+    mp.add_argument("--dtype", choices=("float16", "float32"), default="float16")
+    mp.add_argument("--bits", type=int, choices=(4, 8),
+                    help="quantize the weights to 4 or 8 bits (needs mlx)")
+    sp.set_defaults(fn=cmd_models)
     return p
 
 

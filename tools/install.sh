@@ -17,10 +17,11 @@ case "$(uname -s)" in
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     # espeak-ng: phonemes for Kokoro and the espeak engine; libportaudio2: sound devices;
     # libsndfile1: audio files; pulseaudio: the null sink the device tests play into;
-    # apertium-*: rule-based MT en<->es, en<->ca, fr<->es.
+    # apertium-*: rule-based MT en<->es, en<->ca, fr<->es; libopenblas0-pthread: preloaded
+    # into an mlx-whisper asr (MLX's CPU build has only a reference BLAS: ~5x slower).
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 \
+      python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 libopenblas0-pthread \
       pulseaudio pulseaudio-utils libasound2-plugins \
       apertium apertium-eng-spa apertium-eng-cat apertium-fr-es >/dev/null
     PYTHON=${PYTHON:-python3}
@@ -31,7 +32,8 @@ esac
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "voxweft needs Python >= 3.11"'
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+# mlx: the MLX engines (Metal on a Mac; the CPU build on Linux, where CI checks them).
+.venv/bin/python -m pip install -q -e ".[test,mlx]"
 echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activate)"
 
 if [ "${1:-}" != "--no-demo" ]; then

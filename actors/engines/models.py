@@ -1,0 +1,208 @@
+"""The model catalogue: downloadable models, each pinned to one hub commit.
+
+Every file's size and sha256 is pinned; `voxweft models fetch NAME` (tools/models.py)
+installs a model into `$VOXWEFT_MODELS/NAME` (default `~/.cache/voxweft/models/NAME`), and an
+engine whose `model` setting names a catalogue entry loads it from there (`install_dir`).
+`VOXWEFT_MODELS_CATALOGUE` may name a TOML file of further entries (same fields, under
+`[models.NAME]`); it adds, never replaces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class ModelsError(Exception):
+    """A models command that cannot go on; the message is the one line the user sees."""
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of a catalogue model: its path in the repo (and in the install folder)."""
+
+    path: str
+    size: int | None      # bytes; None = not known yet
+    sha256: str | None    # None = not known yet: `fetch` refuses the entry
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """A downloadable model pinned to one commit of a hub repository."""
+
+    name: str
+    stage: str             # asr | mt | tts
+    engine: str            # the engine that loads it
+    repo: str
+    revision: str | None   # a full commit hash; None = not known yet: `fetch` refuses
+    files: tuple[ModelFile, ...]
+    about: str = ""
+
+    def unknown_pins(self) -> list[str]:
+        """What is not pinned yet (a revision, a file's sha256 or size)."""
+        missing = [] if self.revision else ["revision"]
+        missing += [f"{f.path} sha256" for f in self.files if not f.sha256]
+        missing += [f"{f.path} size" for f in self.files if f.size is None]
+        return missing
+
+    def size(self) -> int | None:
+        """Bytes of all its files, when every size is known."""
+        sizes = [f.size for f in self.files]
+        return None if None in sizes else sum(sizes)   # type: ignore[arg-type]
+
+
+# The pins below are the hub's own listing for each commit (file size, and the LFS sha256 of
+# the weights), each recorded alike by several independent public projects that pin the same
+# commit; config.json's sha256 is of its raw bytes at that commit. They were not downloaded
+# again here (this project's build machine has no hub access): `fetch` checks them instead.
+# The NLLB entry's four files and their sum (630,477,782 bytes) are pinned alike by several
+# public projects that download that commit and check each file's sha256 after download.
+CATALOGUE: tuple[CatalogueEntry, ...] = (
+    CatalogueEntry(
+        name="mlx-whisper-large-v3-turbo", stage="asr", engine="mlx-whisper",
+        repo="mlx-community/whisper-large-v3-turbo",
+        revision="a4aaeec0636e6fef84abdcbe3544cb2bf7e9f6fb",
+        files=(
+            ModelFile("config.json", 268,
+                      "b34fc29e4e11e0a25e812775dd67f4dd16fc2c8eb43d28ae25ff7d660ecb6379"),
+            ModelFile("weights.safetensors", 1_613_977_612,
+                      "951ed3fc1203e6a62467abb2144a96ce7eafca8fa77e3704fdb8635ff3e7f8a6"),
+        ),
+        about="Whisper large-v3-turbo, float16 MLX, 99 languages (Apple Silicon)"),
+    CatalogueEntry(
+        name="mlx-whisper-small", stage="asr", engine="mlx-whisper",
+        repo="mlx-community/whisper-small-mlx",
+        revision="45f3915923c7a79a5a5b5a7d909d39aeb0e5630e",
+        files=(
+            ModelFile("config.json", 266,
+                      "e8f58e638208af66d5d5d67801259dc7a12d199e971967a9f9d33a8e3635668e"),
+            ModelFile("weights.npz", 481_307_592,
+                      "55b6674c9b339702d486e2b1573839a66f8ec8f821ed2886993ef717a86b09f5"),
+        ),
+        about="Whisper small, float16 MLX, 99 languages (Apple Silicon; smaller, faster)"),
+    CatalogueEntry(
+        name="mlx-whisper-base", stage="asr", engine="mlx-whisper",
+        repo="mlx-community/whisper-base-mlx",
+        revision="1e3e249fb8d01c655324bd6841b1deadffd6d04c",
+        files=(
+            ModelFile("config.json", 262,
+                      "737220a6d958b3ad48e78f840fa991556266983c84ea2ca40e413389c62e4c2f"),
+            ModelFile("weights.npz", 143_724_204,
+                      "2f57d5f3ef473054c638961f90716f4ee415e8108de81313eccb2c5fd62eff0b"),
+        ),
+        about="Whisper base, float16 MLX, 99 languages (Apple Silicon; the smallest here)"),
+    CatalogueEntry(
+        name="nllb-200-distilled-600m-ct2", stage="mt", engine="ctranslate2",
+        repo="osa911/nllb-200-distilled-600M-ct2-int8",
+        revision="46858753dbaf8eb5e21bb6f0037c3b90851e090a",
+        files=(
+            ModelFile("config.json", 223,
+                      "8f6496adfc930cbfecbe8281112197705c488fab47d34b4829b06d7f478909af"),
+            ModelFile("model.bin", 619_704_329,
+                      "ca3362e6e81906c0cf9c33bd6917674222c71d69617d0afb18507ce0b6c2e2e8"),
+            ModelFile("shared_vocabulary.json", 5_921_176,
+                      "af53bfd0e6f726209e7325e45b87ab3b14e5856f7d42d7b9be91de3287c45267"),
+            ModelFile("sentencepiece.bpe.model", 4_852_054,
+                      "14bb8dfb35c0ffdea7bc01e56cea38b9e3d5efcdcb9c251d6b40538e1aab555a"),
+        ),
+        about="NLLB-200 distilled 600M, CTranslate2 int8, 200 languages (CC-BY-NC-4.0)"),
+)
+
+CATALOGUE_ENV = "VOXWEFT_MODELS_CATALOGUE"
+MODELS_ENV = "VOXWEFT_MODELS"
+
+
+def _entry_from_toml(name: str, table: dict, where: str) -> CatalogueEntry:
+    def need(key: str, kind: type):
+        if not isinstance(table.get(key), kind):
+            raise ModelsError(f"{where}: models.{name}.{key} must be a {kind.__name__}")
+        return table[key]
+
+    unknown = set(table) - {f.name for f in dataclasses.fields(CatalogueEntry)}
+    if unknown:
+        raise ModelsError(f"{where}: models.{name}: unknown key(s) {', '.join(sorted(unknown))}")
+    files = []
+    for i, item in enumerate(need("files", list)):
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise ModelsError(f"{where}: models.{name}.files[{i}] needs a path")
+        files.append(ModelFile(item["path"], item.get("size"), item.get("sha256") or None))
+    return CatalogueEntry(name=name, stage=need("stage", str), engine=need("engine", str),
+                          repo=need("repo", str), revision=table.get("revision") or None,
+                          files=tuple(files), about=table.get("about", ""))
+
+
+def check_entry(entry: CatalogueEntry) -> None:
+    """Raise ModelsError when a pin that is given is malformed (unknown pins are allowed)."""
+    where = f"catalogue entry {entry.name!r}"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", entry.name):
+        raise ModelsError(f"{where}: a name is letters, digits, '.', '_' and '-'")
+    if entry.revision is not None and not _HEX40.fullmatch(entry.revision):
+        raise ModelsError(f"{where}: revision must be a full 40-hex commit hash, not a branch")
+    if not entry.files:
+        raise ModelsError(f"{where}: no files")
+    for f in entry.files:
+        if Path(f.path).is_absolute() or ".." in Path(f.path).parts:
+            raise ModelsError(f"{where}: file {f.path!r} must be a relative path in the repo")
+        if f.sha256 is not None and not _HEX64.fullmatch(f.sha256):
+            raise ModelsError(f"{where}: {f.path} sha256 must be 64 lowercase hex digits")
+        if f.size is not None and (not isinstance(f.size, int) or f.size < 0):
+            raise ModelsError(f"{where}: {f.path} size must be a number of bytes")
+
+
+def catalogue() -> dict[str, CatalogueEntry]:
+    """The built-in catalogue plus the entries of `$VOXWEFT_MODELS_CATALOGUE`, by name."""
+    entries = {e.name: e for e in CATALOGUE}
+    extra = os.environ.get(CATALOGUE_ENV)
+    if extra:
+        try:
+            raw = tomllib.loads(Path(extra).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ModelsError(f"{CATALOGUE_ENV}={extra}: cannot read it ({exc})") from None
+        for name, table in raw.get("models", {}).items():
+            if name in entries:
+                raise ModelsError(f"{extra}: models.{name} is already in the built-in catalogue")
+            entries[name] = _entry_from_toml(name, table, extra)
+    for entry in entries.values():
+        check_entry(entry)
+    return entries
+
+
+def models_root() -> Path:
+    """Where catalogue models are installed: `$VOXWEFT_MODELS` or ~/.cache/voxweft/models."""
+    root = os.environ.get(MODELS_ENV)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "voxweft" / "models"
+
+
+def install_dir(entry: CatalogueEntry) -> Path:
+    """The folder a catalogue model is installed in (what a topology's model setting names)."""
+    return models_root() / entry.name
+
+
+def find(name: str) -> Path | None:
+    """The install folder of catalogue model `name`, or None when no entry has that name."""
+    entry = catalogue().get(name)
+    return None if entry is None else install_dir(entry)
+
+
+def resolve(setting: str) -> Path | None:
+    """The folder a `model`/`model_path` setting names.
+
+    An existing folder, else the install folder of the catalogue entry of that name (present
+    or not yet fetched); None if neither.
+    """
+    if setting and Path(setting).expanduser().is_dir():
+        return Path(setting).expanduser()
+    return find(setting) if setting else None
+
+
+def not_fetched(folder: Path) -> str:
+    """The one line for a catalogue model whose folder is not there yet."""
+    return (f"model {folder.name!r} is not installed: run `voxweft models fetch {folder.name}`"
+            f" (offline: copy its files into {folder})")

