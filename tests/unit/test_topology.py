@@ -19,8 +19,9 @@ from actors.config import (
     PlayerConfig,
     SegmenterActorConfig,
 )
+from actors.runtime import StartupError
 from deploy import topology
-from deploy.topology import DEFAULT_TOPOLOGY, TopologyError, parse
+from deploy.topology import DEFAULT_TOPOLOGY, TopologyError, load, parse
 
 SRC = "t.toml"
 
@@ -465,3 +466,22 @@ def test_segmenter_knobs_are_checked_at_load(key, value, says):
     raw = _raw()
     raw["actors"]["segmenter"][key] = value
     assert f"actors.segmenter.{says}" in _error(raw)
+
+
+def test_the_mac_topology_loads_here_before_its_models_are_fetched(tmp_path, monkeypatch):
+    # A catalogue model names its install folder; not fetched yet it is still a valid
+    # topology (the actor says what to fetch when it starts).
+    from actors import engines
+
+    monkeypatch.setenv("VOXWEFT_MODELS", str(tmp_path))
+    topology = load(Path(DEFAULT_TOPOLOGY).with_name("mac.toml"))
+    assert topology.actors["asr"].engine == "mlx-whisper"
+    assert topology.actors["mt"].engine == "ctranslate2"
+    asr = engines.build("asr", "mlx-whisper", topology.actors["asr"].engine_settings())
+    assert {"en", "pt", "de", "ja"} <= asr.languages()
+    with pytest.raises(StartupError, match="voxweft models fetch mlx-whisper-large-v3-turbo"):
+        asr.load()
+    mt = engines.build("mt", "ctranslate2", topology.actors["mt"].engine_settings())
+    assert ("en", "pt") in mt.pairs()
+    with pytest.raises(StartupError, match="voxweft models fetch nllb-200-distilled-600m-ct2"):
+        mt.load()

@@ -197,8 +197,12 @@ class MlxWhisperEngine(AsrEngine):
 
     def load(self) -> None:
         """Load (converting first if needed) the model once; set the CPU threads."""
-        import mlx.core as mx
-        from mlx_whisper.load_models import load_model
+        try:
+            import mlx.core as mx
+            from mlx_whisper.load_models import load_model
+        except ImportError as exc:
+            raise StartupError(f"mlx-whisper is not installed ({exc}); run `pip install -e "
+                               "'.[mlx]'` (tools/install.sh does)") from None
 
         dtype = self.settings["dtype"]
         if dtype == "auto":
