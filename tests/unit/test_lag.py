@@ -75,7 +75,8 @@ def test_tts_skips_what_would_be_heard_too_late_and_says_why():
     # the first chunk's time now comes from what speaking took, not from the warm-up
     assert list(actor.first_chunks) == [actor.first_chunk_s()] and actor.first_chunk_s() > 0
     actor.warmup()   # measures the voice's cost on this machine
-    assert actor.budget["cpu"] > 0 and actor.budget["first_s"] > 0
+    # (espeak-ng's CPU can round to 0: os.times counts 10 ms ticks; wall time cannot)
+    assert actor.budget["rtf"] > 0 and actor.budget["first_s"] > 0 and actor.budget["cpu"] >= 0
     assert actor.budget["cores"] >= 1
 
 
