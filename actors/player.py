@@ -13,11 +13,17 @@ from pathlib import Path
 import numpy as np
 import soxr
 
+from actors.custody import OUTBOX_UTTERANCES, Resync
 from actors.runtime import Actor, StartupError
 from protocol.messages import Done, Message, PlaybackEvent, SpeechChunk, Status, now_ns, traced
 
 #: tts is taken for down when its heartbeat (2 Hz) has not been heard for this long.
 TTS_SILENT_S = 1.5
+#: The stages that hold an utterance until our Done (actors.custody). A Done is published
+#: once: a holder whose subscription to us is not live then (we or it just restarted, its
+#: link to us broke and libzmq is still reconnecting) never hears it and would hold the
+#: utterance for ever. So each holder gets our recent Dones again whenever it (re)joins us.
+HOLDERS = ("segmenter", "asr", "mt", "tts")
 
 
 class WavSink:
@@ -352,10 +358,31 @@ class PlayerActor(Actor):
         self.acks: list[Done] = []   # utterances written whole or skipped, to announce
         self.tts: tuple[int, str, float] | None = None   # (epoch, state, monotonic heard)
         self.tts_back = 0.0          # monotonic time tts (re)started working for us
+        self.holders: dict[str, Resync] = {}   # when to say our Dones again, per holder
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
-        """TTS's speech chunks (and its heartbeat: a chunk is not late while tts restarts)."""
-        return [("tts", b"speech.")]
+        """TTS's speech chunks; the heartbeats of tts and of the other holders.
+
+        A chunk is not late while tts restarts; a holder that (re)joins us gets our Dones
+        again (see `_done_again`).
+        """
+        return [("tts", b"speech.")] + [(a, b"status.") for a in HOLDERS
+                                         if a != "tts" and a in self.topology.actors]
+
+    def _done_again(self, msg: Status) -> list[Done]:
+        """Our recent Dones again, when holder `msg.src` (re)joined us since it last got them.
+
+        It has once its heartbeat shows it hears our epoch; a restart of it or a broken link
+        to us (its `links`) is a new join. A holder keeps at most OUTBOX_UTTERANCES.
+        """
+        if msg.src not in HOLDERS:
+            return []
+        sync = self.holders.setdefault(msg.src, Resync(self.name, self.epoch))
+        if not sync.check(msg) or not self.done:
+            return []
+        again = list(self.done)[-OUTBOX_UTTERANCES:]
+        self.counters["done_again"] += len(again)
+        return [Done(utt=utt) for utt in again]
 
     def _session(self) -> str:
         """The session: the frozen topology file `up` and `interpret` write for each run."""
@@ -398,12 +425,13 @@ class PlayerActor(Actor):
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Buffer a chunk under its utterance."""
-        if isinstance(msg, Status) and msg.src == "tts":
-            working_before = self._tts_working()
-            self.tts = (msg.epoch, msg.state, time.monotonic())
-            if self._tts_working() and not working_before:
-                self.tts_back = time.monotonic()
-            return iter(())
+        if isinstance(msg, Status):
+            if msg.src == "tts":
+                working_before = self._tts_working()
+                self.tts = (msg.epoch, msg.state, time.monotonic())
+                if self._tts_working() and not working_before:
+                    self.tts_back = time.monotonic()
+            return iter(self._done_again(msg))
         if not isinstance(msg, SpeechChunk):
             return iter(())
         if msg.utt in self.done:

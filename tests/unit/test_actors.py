@@ -349,3 +349,35 @@ def test_player_says_done_and_says_it_again_for_a_resent_utterance(tmp_path):
     again = list(p.duplicate(chunk("a", 0)))   # tts did not hear it and sends "a" again
     assert [m.utt for m in again if isinstance(m, Done)] == ["a"]
     p.close()
+
+
+def test_player_says_its_dones_again_to_a_holder_that_rejoins_it(tmp_path):
+    # A Done is published once. The chaos run lost one: the restarted player said Done for
+    # the utterance tts sent it again 0.5 s before segmenter, asr and mt were reconnected to
+    # it, and those three held that utterance for ever. A holder that (re)joins the player
+    # (it hears the player's epoch; a restart or broken link of it is a new join) gets the
+    # player's recent Dones again.
+    from protocol.messages import Done
+
+    p = player(tmp_path)
+    out = run_actor(p, [TTS_READY, chunk("a", 0), chunk("a", 1, True)], src="tts", ticks=3)
+    assert [m.utt for m in out if isinstance(m, Done)] == ["a"]
+    assert ("segmenter", b"status.") in p.subscriptions()
+    assert ("mt", b"status.") in p.subscriptions()
+
+    def hb(src, epoch, hears, links=0):
+        return Status(src=src, epoch=epoch, state="ready", peers={"player": hears},
+                      links={"player": links} if links else {})
+
+    def dones(*statuses):
+        out = run_actor(p, list(statuses), src="x", loaded=True)
+        return [m.utt for m in out if isinstance(m, Done)]
+
+    assert dones(hb("segmenter", 5, hears=1)) == []       # does not hear us yet
+    assert dones(hb("segmenter", 5, hears=p.epoch)) == ["a"]   # joined: it gets them
+    assert dones(hb("segmenter", 5, hears=p.epoch)) == []      # nothing changed
+    assert dones(hb("segmenter", 5, hears=p.epoch, links=1)) == ["a"]   # its link broke
+    assert dones(hb("mt", 7, hears=p.epoch), hb("asr", 8, hears=p.epoch)) == ["a", "a"]
+    assert dones(hb("asr", 9, hears=p.epoch)) == ["a"]         # asr restarted
+    assert dones(hb("capture", 3, hears=p.epoch)) == []        # not a holder
+    p.close()
