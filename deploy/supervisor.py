@@ -28,7 +28,7 @@ START_RETRIES = 3
 STOP_WAIT_SECS = 5    # actors exit within 2 s of SIGTERM; the rest is margin
 
 
-def _engine_env(actor: str, config) -> dict[str, str]:
+def engine_env(actor: str, config) -> dict[str, str]:
     """What an actor's engine needs in its process environment from the start (a preload)."""
     from actors import engines
 
@@ -96,7 +96,7 @@ def render(topology: Topology, host: str, run_dir: Path) -> str:
         passthrough = ("VOXWEFT_FAULT", "VOXWEFT_MODELS", "VOXWEFT_MODELS_CATALOGUE",
                        "PULSE_SERVER", "PULSE_RUNTIME_PATH", "HOME", "XDG_RUNTIME_DIR")
         env.update({k: os.environ[k] for k in passthrough if k in os.environ})
-        env.update(_engine_env(name, topology.actors[name]))
+        env.update(engine_env(name, topology.actors[name]))
         env_line = ",".join(f'{k}="{v}"' for k, v in env.items())
         lines += [
             f"[program:{name}]",

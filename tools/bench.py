@@ -30,6 +30,7 @@ import numpy as np
 
 from actors import budget as cpu_budget
 from actors import lag as lag_policy
+from deploy.supervisor import engine_env
 from deploy.topology import Topology
 from protocol.messages import SpeechChunk, Status, VadEvent, trace_ns
 from tools import benchmetrics, benchreport
@@ -194,6 +195,8 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
     threads = str(max(topology.actors[a].threads for a in ("asr", "mt", "tts")))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
            "MKL_NUM_THREADS": threads}
+    for stage in ("asr", "mt", "tts"):   # what the engines need from the start (a preload)
+        env.update(engine_env(stage, topology.actors[stage]))
     result_path = out / "floor.json"
     print(f"voxweft bench: in-process floor on {len(segments)} segment(s)", flush=True)
     proc = subprocess.run([sys.executable, "-m", "tools.benchfloor", str(job), str(result_path)],

@@ -485,3 +485,19 @@ def test_the_mac_topology_loads_here_before_its_models_are_fetched(tmp_path, mon
     assert ("en", "pt") in mt.pairs()
     with pytest.raises(StartupError, match="voxweft models fetch nllb-200-distilled-600m-ct2"):
         mt.load()
+
+
+def test_an_mlx_asr_process_starts_with_openblas_preloaded_on_linux():
+    import ctypes.util
+    import sys
+
+    from deploy.supervisor import engine_env
+
+    raw = _raw()
+    raw["actors"]["asr"].update(engine="mlx-whisper", settings={"model": "base"})
+    topology = parse(raw, "t.toml")
+    library = ctypes.util.find_library("openblas")
+    want = {"LD_PRELOAD": library} if sys.platform == "linux" and library else {}
+    assert engine_env("asr", topology.actors["asr"]) == want
+    assert engine_env("tts", topology.actors["tts"]) == {}
+    assert engine_env("player", topology.actors["player"]) == {}
