@@ -9,6 +9,7 @@ adds the file and table in front. Units are in the names.
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -34,13 +35,39 @@ class Settings(BaseModel):
             raise ValueError(describe(cls, exc.errors()[0])) from None
 
 
+def _field_at(cls: type[BaseModel], loc: tuple) -> tuple[type[BaseModel], Any]:
+    """The model and field an error location names, through nested models and lists."""
+    model, field, annotation = cls, None, cls
+    for part in loc:
+        if isinstance(part, int):          # an item of a list or tuple
+            annotation = next(iter(typing.get_args(annotation)), None)
+            continue
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+            field = model.model_fields.get(str(part))
+            annotation = field.annotation if field is not None else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        model = annotation          # the location ends at a nested table
+    return model, field
+
+
+def _plain(annotation: Any) -> type | None:
+    """The type a value must have: `int | None` -> int, `list[X]` -> list."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    annotation = typing.get_origin(annotation) or annotation
+    return annotation if isinstance(annotation, type) else None
+
+
 def describe(cls: type[BaseModel], error: dict) -> str:
     """One line for a pydantic error: `key = value must ...` with what is allowed."""
     loc = ".".join(str(part) for part in error["loc"])
     value, kind = error.get("input"), error["type"]
-    field = cls.model_fields.get(str(error["loc"][0])) if error["loc"] else None
+    model, field = _field_at(cls, error["loc"][:-1] if kind == "extra_forbidden"
+                             else error["loc"])
     if kind == "extra_forbidden":
-        return f"unknown key {loc!r}; allowed keys: {', '.join(cls.model_fields)}"
+        return f"unknown key {loc!r}; allowed keys: {', '.join(model.model_fields)}"
     if kind == "value_error":      # a rule of our own: its message says it all
         return str(error["ctx"]["error"])
     if field is None:
@@ -58,8 +85,7 @@ def describe(cls: type[BaseModel], error: dict) -> str:
         low_s = "" if low is None else str(getattr(low, "ge", getattr(low, "gt", "")))
         high_s = "" if high is None else str(getattr(high, "le", getattr(high, "lt", "")))
         return f"{loc} = {value!r} must be between {low_s} and {high_s}"
-    expected = typing.get_origin(field.annotation) or field.annotation
-    expected = expected if isinstance(expected, type) else None
+    expected = _plain(field.annotation)
     if expected is not None and kind.endswith(("_type", "_parsing")):
         return f"{loc} = {value!r} must be a {expected.__name__}"
     return f"{loc} = {value!r}: {error['msg']}"

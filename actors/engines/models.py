@@ -15,6 +15,11 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from actors.config import Settings
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -119,41 +124,80 @@ CATALOGUE_ENV = "VOXWEFT_MODELS_CATALOGUE"
 MODELS_ENV = "VOXWEFT_MODELS"
 
 
-def _entry_from_toml(name: str, table: dict, where: str) -> CatalogueEntry:
-    def need(key: str, kind: type):
-        if not isinstance(table.get(key), kind):
-            raise ModelsError(f"{where}: models.{name}.{key} must be a {kind.__name__}")
-        return table[key]
+class FileTable(Settings):
+    """One file of a catalogue entry as a catalogue TOML gives it (pins may be unknown)."""
 
-    unknown = set(table) - {f.name for f in dataclasses.fields(CatalogueEntry)}
-    if unknown:
-        raise ModelsError(f"{where}: models.{name}: unknown key(s) {', '.join(sorted(unknown))}")
-    files = []
-    for i, item in enumerate(need("files", list)):
-        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
-            raise ModelsError(f"{where}: models.{name}.files[{i}] needs a path")
-        files.append(ModelFile(item["path"], item.get("size"), item.get("sha256") or None))
-    return CatalogueEntry(name=name, stage=need("stage", str), engine=need("engine", str),
-                          repo=need("repo", str), revision=table.get("revision") or None,
-                          files=tuple(files), about=table.get("about", ""))
+    path: str
+    size: int | None = Field(None, ge=0)      # bytes
+    sha256: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, path: str) -> str:
+        if not path or Path(path).is_absolute() or ".." in Path(path).parts:
+            raise ValueError(f"file {path!r} must be a relative path in the repo")
+        return path
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex64(cls, sha256: str | None) -> str | None:
+        if sha256 and not _HEX64.fullmatch(sha256):
+            raise ValueError(f"sha256 {sha256!r} must be 64 lowercase hex digits")
+        return sha256 or None
+
+
+class EntryTable(Settings):
+    """A catalogue entry as a catalogue TOML gives it: checked like every other table."""
+
+    name: str
+    stage: Literal["asr", "mt", "tts"]
+    engine: str
+    repo: str
+    revision: str | None = None
+    files: list[FileTable]
+    about: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise ValueError(f"name {name!r}: a name is letters, digits, '.', '_' and '-'")
+        return name
+
+    @field_validator("revision")
+    @classmethod
+    def _commit(cls, revision: str | None) -> str | None:
+        if revision and not _HEX40.fullmatch(revision):
+            raise ValueError(f"revision {revision!r} must be a full 40-hex commit hash, "
+                             "not a branch")
+        return revision or None
+
+    @field_validator("files")
+    @classmethod
+    def _some(cls, files: list[FileTable]) -> list[FileTable]:
+        if not files:
+            raise ValueError("no files")
+        return files
+
+    def entry(self) -> CatalogueEntry:
+        """The catalogue entry."""
+        return CatalogueEntry(
+            name=self.name, stage=self.stage, engine=self.engine, repo=self.repo,
+            revision=self.revision, about=self.about,
+            files=tuple(ModelFile(f.path, f.size, f.sha256) for f in self.files))
+
+
+def _entry_table(values: dict, where: str) -> EntryTable:
+    try:
+        return EntryTable.check(values)
+    except ValueError as exc:
+        raise ModelsError(f"{where}: {exc}") from None
 
 
 def check_entry(entry: CatalogueEntry) -> None:
     """Raise ModelsError when a pin that is given is malformed (unknown pins are allowed)."""
-    where = f"catalogue entry {entry.name!r}"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", entry.name):
-        raise ModelsError(f"{where}: a name is letters, digits, '.', '_' and '-'")
-    if entry.revision is not None and not _HEX40.fullmatch(entry.revision):
-        raise ModelsError(f"{where}: revision must be a full 40-hex commit hash, not a branch")
-    if not entry.files:
-        raise ModelsError(f"{where}: no files")
-    for f in entry.files:
-        if Path(f.path).is_absolute() or ".." in Path(f.path).parts:
-            raise ModelsError(f"{where}: file {f.path!r} must be a relative path in the repo")
-        if f.sha256 is not None and not _HEX64.fullmatch(f.sha256):
-            raise ModelsError(f"{where}: {f.path} sha256 must be 64 lowercase hex digits")
-        if f.size is not None and (not isinstance(f.size, int) or f.size < 0):
-            raise ModelsError(f"{where}: {f.path} size must be a number of bytes")
+    values = {**dataclasses.asdict(entry), "files": [dataclasses.asdict(f) for f in entry.files]}
+    _entry_table(values, f"catalogue entry {entry.name!r}")
 
 
 def catalogue() -> dict[str, CatalogueEntry]:
@@ -168,7 +212,8 @@ def catalogue() -> dict[str, CatalogueEntry]:
         for name, table in raw.get("models", {}).items():
             if name in entries:
                 raise ModelsError(f"{extra}: models.{name} is already in the built-in catalogue")
-            entries[name] = _entry_from_toml(name, table, extra)
+            entries[name] = _entry_table({"name": name, **table},
+                                         f"{extra}: models.{name}").entry()
     for entry in entries.values():
         check_entry(entry)
     return entries

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,19 @@ def test_convert_whisper_with_a_bad_source_is_one_line(home, capsys):
 def test_sizes_read_as_the_hub_prints_them():
     assert [models.human(n) for n in (None, 268, 143_724_204, 1_613_977_612)] == \
         ["?", "268 B", "143.7 MB", "1.6 GB"]
+
+
+@pytest.mark.parametrize("line, words", [
+    ('stage = "asr"\nengine = "e"\nrepo = "o/r"\nfiles = [{ path = "w" }]\nsize = 3\n',
+     "unknown key 'size'"),
+    ('stage = "stt"\nengine = "e"\nrepo = "o/r"\nfiles = [{ path = "w" }]\n',
+     "stage = 'stt' is not one of: asr, mt, tts"),
+    ('stage = "asr"\nengine = "e"\nrepo = "o/r"\nfiles = [{ path = "w", size = "3" }]\n',
+     "files.0.size = '3' must be a"),
+])
+def test_an_injected_catalogue_is_checked_like_every_table(home, monkeypatch, line, words):
+    catalogue = home / "extra.toml"
+    catalogue.write_text(f"[models.bad]\n{line}")
+    monkeypatch.setenv("VOXWEFT_MODELS_CATALOGUE", str(catalogue))
+    with pytest.raises(ModelsError, match=f"extra.toml: models.bad: {re.escape(words)}"):
+        models.catalogue()
