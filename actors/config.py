@@ -221,7 +221,8 @@ class PlayerConfig(ActorConfig):
     sink: Literal["device", "wav"] = "device"
     path: str = ""               # the WAV file, when sink = "wav"
     device: str = ""             # output device name or index; "" = system default
-    sample_rate: int = Between(8000, 192000, 24000)  # WAV sink rate; others are resampled
+    # WAV sink rate (None: the tts engine's own, so nothing is lost); others are resampled
+    sample_rate: int | None = Between(8000, 192000, None)
     gap_timeout_ms: int = Between(100, 60000, 2000)  # give up on a missing chunk after this
     jitter_ms: int = Between(0, 2000, 60)   # device: start (or resume after an underrun) with this
     device_retry_ms: int = Between(100, 60000, 1000)  # after losing the device, retry this often

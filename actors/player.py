@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
+from actors import engines
 from actors.custody import OUTBOX_UTTERANCES, Resync
 from actors.runtime import Actor, StartupError
 from protocol.messages import Done, Message, PlaybackEvent, SpeechChunk, Status, now_ns, traced
@@ -410,10 +411,19 @@ class PlayerActor(Actor):
         """The sink kind."""
         return self.config.sink
 
+    def _voice_rate(self) -> int:
+        """The tts engine's sample rate (constructing it loads nothing); 24 kHz if unknown."""
+        tts = self.topology.actors["tts"]
+        try:
+            return int(engines.build("tts", tts.engine, tts.engine_settings()).sample_rate)
+        except (KeyError, ValueError, TypeError, AttributeError):
+            return 24000
+
     def load(self) -> None:
         """Open the device or the file."""
         if self.config.sink == "wav":
-            self.sink = WavSink(self.config.path, self.config.sample_rate, self._session())
+            self.sink = WavSink(self.config.path, self.config.sample_rate or self._voice_rate(),
+                                self._session())
             self.done.extend(self.sink.done)
             if self.sink.done:
                 self.log.info("player: restarted; %s holds %d utterance(s) whole, %.1f s",

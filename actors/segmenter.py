@@ -25,6 +25,7 @@ from protocol.messages import (
     PlaybackEvent,
     Segment,
     VadEvent,
+    Voice,
     now_ns,
     trace_ns,
 )
@@ -34,7 +35,7 @@ STUCK_PLAYBACK_NS = 120 * 10**9   # a "started" with no "finished" (player died)
 
 
 class SegmenterActor(Actor):
-    """AudioFrames in; VadEvents out on PUB, Segments out on PUSH to the ASR workers."""
+    """AudioFrames in; VadEvents and Voices out on PUB, Segments on PUSH to the ASR workers."""
 
     name = "segmenter"
     push_types = (Segment,)
@@ -233,8 +234,9 @@ class SegmenterActor(Actor):
                                wall_ns=now_ns())
             elif isinstance(event, UtterancePaused):
                 self.counters["drafts"] += 1
-                yield self._segment(event.utterance, self._utt_id(event.utterance.index),
-                                    final=False)
+                utt = self._utt_id(event.utterance.index)
+                yield self._segment(event.utterance, utt, final=False)
+                yield self._voice(event.utterance, utt)   # a draft may be spoken in it
             elif isinstance(event, UtteranceGrowing):
                 self.counters["drafts_growing"] += 1
                 yield self._segment(event.utterance, self._utt_id(event.utterance.index),
@@ -246,6 +248,16 @@ class SegmenterActor(Actor):
                 yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / RATE,
                                wall_ns=self._wall_ns(u.speech_end_sample))
                 yield self._segment(u, utt, final=True)
+                yield self._voice(u, utt)
+
+    def _voice(self, u, utt: str) -> Voice:
+        """Utterance `u`'s speech alone (no pre-roll, no hangover), for the speaker's voice.
+
+        Only a subscriber gets it (see Voice).
+        """
+        return Voice(utt=utt, stream=self.stream, sample_rate=RATE,
+                     pcm=u.pcm[u.speech_start_sample - u.start_sample:
+                               u.speech_end_sample - u.start_sample])
 
     def _segment(self, u, utt: str, final: bool, growing: bool = False) -> Segment:
         """Utterance `u` for asr: committed (`final`), or a draft (at a pause, or grown)."""

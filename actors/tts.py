@@ -12,11 +12,13 @@ import numpy as np
 from actors import budget, engines, lag
 from actors.drafts import Drafts
 from actors.runtime import Actor
+from actors.voice import VoiceMemory
 from protocol.messages import (
     Message,
     PlaybackEvent,
     SpeechChunk,
     Translation,
+    Voice,
     is_draft,
     now_ns,
     trace_ns,
@@ -59,10 +61,21 @@ class TtsActor(Actor):
         self.s_per_char: float | None = None
         # First chunks of draft translations (speculative endpointing), by text and language.
         self.drafts = Drafts(self.counters, on_drop=lambda draft: draft.rest.close())
+        # The speaker's recent speech, when the voice speaks as they do (bounded).
+        self.voices = None
+        if self.engine.wants_voice():
+            s = self.engine.settings
+            self.voices = VoiceMemory(s.reference_min_s, s.reference_max_s)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
-        """MT's translations; the player's playback events (how much speech is queued)."""
-        return [("mt", b"translation."), ("player", b"playback.")]
+        """Translations, playback events (speech queued), and the speaker's speech if needed.
+
+        The segmenter's Voice messages only when the engine speaks in the speaker's voice.
+        """
+        subs = [("mt", b"translation."), ("player", b"playback.")]
+        if self.voices is not None:
+            subs.append(("segmenter", b"voice."))
+        return subs
 
     def backlog_s(self, now: int) -> float:
         """Seconds of speech sent to the player that it has not played yet."""
@@ -106,6 +119,21 @@ class TtsActor(Actor):
                 budget.SPOKEN.get(lang, budget.SPOKEN["en"]), lang)),
             lambda: sum(made) / self.engine.sample_rate), self.engine)
 
+    def voice(self, msg: Translation):
+        """The speaker's voice for `msg` (None: the engine's own, or not enough heard yet)."""
+        if self.voices is None:
+            return None
+        self.voices.words(msg.utt, msg.source_text)
+        ref = None
+        if self.engine.settings.voice_mode == "prompt":
+            ref = self.voices.prompt(msg.utt)
+        ref = ref or self.voices.reference(msg.utt)
+        self.counters["voice_speaker" if ref is not None else "voice_default"] += 1
+        self.log.info("tts: %s%s in %s", msg.utt, " (draft)" if is_draft(msg) else "",
+                      f"the speaker's voice ({ref.duration_s:.1f} s of {ref.key})"
+                      if ref is not None else "the default voice (too little speech yet)")
+        return ref
+
     def _plan(self, msg: Translation, trace, start: int, queued: float) -> lag.Decision:
         """How to speak `msg` now that the listener has `queued` s of speech still to hear."""
         speech_end = trace_ns(trace, "speech_end")
@@ -132,7 +160,8 @@ class TtsActor(Actor):
         if queued > self.first_chunk_s():
             self.counters["drafts_not_needed"] += 1
             return
-        chunks = engine.synthesize(msg.text, lang, plan.speed, eager=not plan.long_chunks)
+        chunks = engine.synthesize(msg.text, lang, plan.speed, eager=not plan.long_chunks,
+                                   voice=self.voice(msg))
         first = next(chunks, None)
         if first is None:
             return
@@ -151,6 +180,12 @@ class TtsActor(Actor):
         """
         if isinstance(msg, PlaybackEvent):
             self.timeline.heard(msg, now_ns())
+            return
+        if isinstance(msg, Voice):
+            if self.voices is not None and msg.sample_rate == 16000 and msg.pcm.ndim == 1:
+                self.voices.add(msg.utt, msg.pcm, msg.sample_rate)
+            else:
+                self.counters["voice_bad_format"] += 1
             return
         if not isinstance(msg, Translation):
             return
@@ -184,7 +219,7 @@ class TtsActor(Actor):
         elif msg.text:
             if chunks is None:
                 chunks = engine.synthesize(msg.text, lang, plan.speed,
-                                           eager=not plan.long_chunks)
+                                           eager=not plan.long_chunks, voice=self.voice(msg))
             for pcm in chunks:
                 samples += len(pcm)
                 if index == 0:

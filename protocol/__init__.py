@@ -17,6 +17,7 @@ from protocol.messages import (
     Transcript,
     Translation,
     VadEvent,
+    Voice,
     now_ns,
     trace_ns,
     traced,
@@ -25,5 +26,5 @@ from protocol.messages import (
 __all__ = [
     "MAJOR", "REGISTRY", "AudioFrame", "Cut", "Done", "EndOfStream", "Message", "PlaybackEvent",
     "ProtocolError", "Segment", "SpeechChunk", "Status", "Supervision", "Transcript", "Translation",
-    "VadEvent", "decode", "encode", "now_ns", "trace_ns", "traced",
+    "VadEvent", "Voice", "decode", "encode", "now_ns", "trace_ns", "traced",
 ]

@@ -131,6 +131,21 @@ class Segment(PcmMessage):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Voice(PcmMessage):
+    """segmenter -> tts: a committed utterance's speech, for its translation's voice.
+
+    Published on the segmenter's PUB for every committed utterance; ZeroMQ filters by topic
+    at the sender, so only a subscriber of `voice.` gets it (tts, when its engine speaks in
+    the speaker's voice), and nothing crosses a link to hosts that do not ask. Raw 16 kHz
+    mono PCM; samples the echo gate took from the microphone are zeros.
+    """
+
+    TYPE: ClassVar[str] = "voice"
+    utt: str = ""
+    stream: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Cut(Message):
     """asr -> segmenter: commit the open utterance `utt` up to an earlier pause, now.
 
@@ -271,8 +286,8 @@ class Supervision(Message):
 #: The closed registry. Nothing on the wire is resolved by name outside this table.
 REGISTRY: dict[str, type[Message]] = {
     cls.TYPE: cls
-    for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Cut, Transcript, Translation,
-                SpeechChunk, PlaybackEvent, Done, Status, Supervision)
+    for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Voice, Cut, Transcript,
+                Translation, SpeechChunk, PlaybackEvent, Done, Status, Supervision)
 }
 
 #: The utterance path. A sender keeps each of these until the player's Done for its

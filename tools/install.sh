@@ -32,8 +32,11 @@ esac
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "voxweft needs Python >= 3.11"'
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# mlx: the MLX engines (Metal on a Mac; the CPU build on Linux, where CI checks them).
-.venv/bin/python -m pip install -q -e ".[test,mlx]"
+# mlx: the MLX engines (Metal on a Mac; the CPU build on Linux, where CI checks them);
+# voxcpm: what VoxCPM2's torch backend needs, then voxcpm itself without the dependencies it
+# declares (gradio, funasr, modelscope, a CUDA torchaudio...: its VoxCPM2 path needs none).
+.venv/bin/python -m pip install -q -e ".[test,mlx,voxcpm]"
+.venv/bin/python -m pip install -q --no-deps "voxcpm==2.0.3"
 echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activate)"
 
 if [ "${1:-}" != "--no-demo" ]; then

@@ -369,7 +369,8 @@ def _forget(folder: Path, path: str) -> None:
 
 def _good(folder: Path, f: ModelFile) -> bool:
     path = folder / f.path
-    return path.is_file() and path.stat().st_size == f.size and sha256_of(path) == f.sha256
+    return (path.is_file() and (f.size is None or path.stat().st_size == f.size)
+            and sha256_of(path) == f.sha256)
 
 
 def fetch(name: str, endpoint: str | None = None, say=print) -> Path:

@@ -37,6 +37,7 @@ ENGINES: dict[str, dict[str, str]] = {
         "kokoro": "actors.engines.tts.kokoro:KokoroEngine",
         "espeak": "actors.engines.tts.espeak:EspeakEngine",
         "piper": "actors.engines.tts.piper:PiperEngine",
+        "voxcpm2": "actors.engines.tts.voxcpm2:VoxCpm2Engine",
     },
 }
 

@@ -43,6 +43,7 @@ from protocol.messages import (
     Transcript,
     Translation,
     VadEvent,
+    Voice,
 )
 
 RNG = np.random.default_rng(1234)
@@ -73,6 +74,8 @@ def _samples() -> list[Message]:
         EndOfStream(src="capture", **ident, media_s=61.5, utterances=7),
         VadEvent(src="segmenter", **ident, utt="u-0001", event="discard", media_s=3.25,
                  wall_ns=-1),
+        Voice(src="segmenter", **ident, sample_rate=16000, pcm=_f32(48000), utt="u-0002",
+              stream="file:0123abcd"),
         Segment(src="segmenter", **ident, sample_rate=16000, pcm=_f32(16000), utt="u-0002",
                 src_lang="en", media_start_s=1.0, media_end_s=2.0, forced=True, trace=TRACE),
         Segment(src="segmenter", **ident, sample_rate=16000, pcm=_i16(800, 2), utt="u-0003",
@@ -151,8 +154,8 @@ def _assert_equal(a: Message, b: Message) -> None:
 
 def test_samples_cover_the_registry():
     assert {type(m) for m in SAMPLES} == set(REGISTRY.values())
-    assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "cut", "transcript", "translation",
-                             "speech", "playback", "done", "status", "supervision"}
+    assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "voice", "cut", "transcript",
+                             "translation", "speech", "playback", "done", "status", "supervision"}
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: f"{m.TYPE}-{m.src}")

@@ -19,6 +19,7 @@ from actors.engines.tts import TtsEngine, split_clauses
 from actors.engines.tts.espeak import EspeakEngine
 from actors.engines.tts.kokoro import KokoroEngine
 from actors.engines.tts.piper import PiperEngine
+from actors.engines.tts.voxcpm2 import VoxCpm2Engine
 from actors.runtime import StartupError
 
 PT = (
@@ -82,7 +83,8 @@ def test_split_clauses_rejects_bad_max_chars():
 
 def test_registry():
     classes = {name: engines.engine_class("tts", name) for name in engines.names("tts")}
-    assert classes == {"kokoro": KokoroEngine, "espeak": EspeakEngine, "piper": PiperEngine}
+    assert classes == {"kokoro": KokoroEngine, "espeak": EspeakEngine, "piper": PiperEngine,
+                       "voxcpm2": VoxCpm2Engine}
     for name, cls in classes.items():
         assert issubclass(cls, TtsEngine) and cls.name == name
 

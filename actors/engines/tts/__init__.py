@@ -11,6 +11,7 @@ are sized explicitly because the process shares a small CPU with other model pro
 from __future__ import annotations
 
 import abc
+import dataclasses
 import logging
 import math
 import shutil
@@ -159,6 +160,21 @@ def _run_espeak(args: list[str], text: str) -> bytes:
     return proc.stdout
 
 
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A voice to speak in: someone's speech, and its exact words when they are known."""
+
+    key: str                  # names this audio: engines keep what they derive from it by key
+    pcm: np.ndarray           # float32 mono
+    sample_rate: int
+    text: str = ""            # the words spoken in `pcm`; "" when unknown
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the speech in seconds."""
+        return len(self.pcm) / self.sample_rate
+
+
 class TtsEngine(abc.ABC):
     """Text -> streamed speech for one process; built once by load()."""
 
@@ -186,9 +202,13 @@ class TtsEngine(abc.ABC):
     def load(self) -> None:
         """Build the model once; all heavy work happens here, never in __init__."""
 
+    def wants_voice(self) -> bool:
+        """Whether it speaks in the speaker's voice: then tts hears the source speech (Voice)."""
+        return False
+
     @abc.abstractmethod
-    def synthesize(self, text: str, lang: str, speed: float = 1.0,
-                   eager: bool = True) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+                   voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield float32 mono audio in [-1, 1] at ``sample_rate``, one array per clause.
 
         Each clause is yielded as soon as it is ready. Unsupported ``lang`` raises ValueError;
@@ -196,7 +216,8 @@ class TtsEngine(abc.ABC):
         speaking rate (the tts actor speeds up to catch up with a backlog). ``eager``: a
         short first chunk, for the first audio's latency; False when that audio would wait
         at the player anyway (engines whose cost per second of speech is lower in long
-        chunks then make long ones).
+        chunks then make long ones). ``voice``: the speaker's recent speech, for an engine
+        whose `wants_voice()` is true; others ignore it.
         """
 
     def _check_lang(self, lang: str) -> None:

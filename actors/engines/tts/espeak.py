@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from actors.engines.tts import (
+    Reference,
     TtsEngine,
     _espeak_path,
     _run_espeak,
@@ -61,8 +62,8 @@ class EspeakEngine(TtsEngine):
             if next(self.synthesize("ok", lang), None) is None:
                 raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0,
-                   eager: bool = True) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+                   voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._exe is None:

@@ -17,6 +17,7 @@ from actors.engines.tts import (
     _CLOSERS,
     _MIN_WORDS,
     MID_CLAUSE_TAIL_S,
+    Reference,
     TtsEngine,
     _espeak_path,
     _log,
@@ -224,8 +225,8 @@ class KokoroEngine(TtsEngine):
                 out.append(ipa + mark)
         return " ".join(out).strip()
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0,
-                   eager: bool = True) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+                   voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._session is None:

@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import Field
 
 from actors.engines.tts import (
+    Reference,
     TtsEngine,
     _trim,
     split_clauses,
@@ -80,8 +81,8 @@ class PiperEngine(TtsEngine):
         self._syn = SynthesisConfig(length_scale=1.0 / self.speed, normalize_audio=False)
         next(self._clauses("Ready.", "en"), None)   # first run allocates: pay it here
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0,
-                   eager: bool = True) -> Iterator[np.ndarray]:
+    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+                   voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
         self._check_lang(lang)
         if self._voice is None:

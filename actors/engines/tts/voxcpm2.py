@@ -1,0 +1,379 @@
+"""voxcpm2: VoxCPM2 (48 kHz, 30 languages), in the speaker's own voice, streamed.
+
+Two backends run the same weights' architecture:
+
+- ``torch``: the `voxcpm` package (CUDA, Apple's MPS or the CPU). Streams: the model makes
+  one latent patch (160 ms at 48 kHz with the real weights) per step and its causal VAE
+  decodes each as it comes, so the first audio leaves after the first patches.
+- ``mlx``: `mlx-audio`'s port (Apple Silicon; 4-bit weights). Its 0.6.2 `generate` returns
+  a clause's audio in one piece at the end, so this backend streams clause by clause.
+
+The voice (`voice` setting): ``speaker`` takes the speaker's own recent speech (the tts
+actor hands a `Reference`, see actors.voice); ``file:PATH`` a fixed recording (16 kHz or
+any rate a WAV has; `voice_text` its words, for the prompt mode); ``default`` the model's
+own voice. VoxCPM2 takes a voice two ways (`voice_mode`): ``reference`` (timbre only: the
+audio sits in a separate slot of the input; V2 only) and ``prompt`` (audio + its exact
+words, which the model continues: it keeps the prompt's language and manner, so an English
+prompt can pull a Portuguese translation towards English). See README, "The speaker's voice".
+
+What the system we model learned (shared LESSONS.md) is enforced here: the model is built
+once, in load(), on the actor's thread; `temperature` scales the diffusion's initial noise
+(far from 1.0 generation never stops) and is refused outside 0.7-1.3; every generation is
+bounded by its text's length; torch uses the actor's thread budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import os
+import platform
+import sys
+import types
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from actors.engines import models
+from actors.engines.tts import Reference, TtsEngine, _log
+from actors.engines.tts.stretch import time_stretch
+from actors.runtime import StartupError
+
+#: Languages of the model card (ISO 639-1).
+LANGUAGES = frozenset(
+    "ar da de el en es fi fr he hi id it ja km ko lo ms my nl no pl pt ru sv sw th tl tr vi zh"
+    .split())
+#: Catalogue names of the real weights, by backend (`voxweft models`).
+DEFAULT_MODEL = {"torch": "voxcpm2", "mlx": "voxcpm2-mlx-4bit"}
+FADE_S = 0.005            # fade at each clause's ends: chunks join without a click
+_INSTALL = {
+    "torch": "voxcpm is not installed: run tools/install.sh (it installs torch, then voxcpm "
+             "without the packages it does not need)",
+    "mlx": "mlx-audio is not installed: run tools/install.sh (pip install '.[mlx]')",
+}
+
+
+def _mlx_here() -> bool:
+    """Apple Silicon with mlx-audio installed: where the mlx backend is the one to use."""
+    return (sys.platform == "darwin" and platform.machine() == "arm64"
+            and importlib.util.find_spec("mlx_audio") is not None)
+
+
+def voxcpm2_model_class() -> type:
+    """`voxcpm`'s VoxCPM2Model, imported without the package's own `__init__`s.
+
+    voxcpm 2.0.3's package (and its `model` package) import its V1 model, which imports
+    torchaudio; VoxCPM2 never uses it (it reads audio with librosa). PyPI's torchaudio for
+    Linux is a CUDA build whose native library does not load beside the CPU torch, so the
+    project does not install it: the two packages are entered as plain namespaces and the
+    V2 module is imported alone. ImportError when voxcpm is not installed.
+    """
+    if "voxcpm.model.voxcpm2" in sys.modules:
+        return sys.modules["voxcpm.model.voxcpm2"].VoxCPM2Model
+    spec = importlib.util.find_spec("voxcpm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("No module named 'voxcpm'")
+    root = list(spec.submodule_search_locations)
+    for name, where in (("voxcpm", root), ("voxcpm.model", [os.path.join(p, "model")
+                                                            for p in root])):
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = where
+            sys.modules[name] = package
+    return importlib.import_module("voxcpm.model.voxcpm2").VoxCPM2Model
+
+
+def read_wav(path: Path) -> tuple[np.ndarray, int]:
+    """A WAV file as float32 mono and its rate; ValueError naming what is wrong."""
+    try:
+        with wave.open(str(path), "rb") as w:
+            rate, width, channels = w.getframerate(), w.getsampwidth(), w.getnchannels()
+            raw = w.readframes(w.getnframes())
+    except (OSError, EOFError, wave.Error) as exc:
+        raise ValueError(f"cannot read {path} as a WAV file ({exc})") from None
+    if width != 2:
+        raise ValueError(f"{path}: {8 * width}-bit WAV; give 16-bit PCM")
+    pcm = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+    return pcm.reshape(-1, channels).mean(axis=1), rate
+
+
+class VoxCpm2Engine(TtsEngine):
+    """VoxCPM2 through torch (`voxcpm`) or MLX (`mlx-audio`); see the module docstring."""
+
+    name: ClassVar[str] = "voxcpm2"
+
+    class Settings(TtsEngine.Settings):
+        """Backend, weights, voice and the generation's knobs (defaults: the model card's)."""
+
+        backend: Literal["auto", "torch", "mlx"] = "auto"   # auto: mlx on Apple Silicon
+        model: str = ""            # a folder or a catalogue name; "" = the backend's default
+        device: Literal["auto", "cpu", "mps", "cuda"] = "auto"   # torch only
+        voice: str = "speaker"     # speaker | default | file:PATH (a WAV)
+        voice_text: str = ""       # the words of a file voice (for voice_mode = "prompt")
+        voice_mode: Literal["reference", "prompt"] = "reference"
+        reference_min_s: float = Field(3.0, ge=0.5, le=10.0)   # speaker: less, default voice
+        reference_max_s: float = Field(10.0, ge=1.0, le=30.0)
+        inference_timesteps: int = Field(10, ge=1, le=100)
+        cfg_value: float = Field(2.0, ge=1.0, le=10.0)
+        temperature: float = 1.0
+        warmup_patches: int = Field(0, ge=0, le=8)             # mlx only; measured: keep 0
+        #: A clause's audio is bounded: at most this many seconds per character, plus 1 s.
+        max_s_per_char: float = Field(0.25, ge=0.05, le=2.0)
+        seed: int | None = Field(None, ge=0)   # the same seed, text and voice: the same audio
+
+        @field_validator("temperature")
+        @classmethod
+        def _temperature(cls, value: float) -> float:
+            if not 0.7 <= value <= 1.3:
+                raise ValueError(
+                    f"temperature = {value!r} is refused: in VoxCPM2 it scales the diffusion's "
+                    "initial noise (it is not a sampling temperature), and far from 1.0 "
+                    "generation does not stop (at 0.01 it ran to its cap, 80 % silence); keep "
+                    "1.0 (0.7 to 1.3 allowed)")
+            return value
+
+        @field_validator("voice")
+        @classmethod
+        def _voice(cls, value: str) -> str:
+            if value in ("speaker", "default"):
+                return value
+            if not value.startswith("file:"):
+                raise ValueError(f"voice = {value!r} must be \"speaker\", \"default\" or "
+                                 "\"file:PATH\" (a WAV of 3-10 s of speech)")
+            path = Path(value[5:]).expanduser()
+            if not path.is_file():
+                raise ValueError(f"voice = {value!r}: no such file")
+            return value
+
+        @model_validator(mode="after")
+        def _consistent(self):
+            if self.reference_min_s > self.reference_max_s:
+                raise ValueError(f"reference_min_s = {self.reference_min_s} must not exceed "
+                                 f"reference_max_s = {self.reference_max_s}")
+            if self.voice_mode == "prompt" and self.voice.startswith("file:") \
+                    and not self.voice_text:
+                raise ValueError("voice_mode = \"prompt\" with a file voice needs voice_text: "
+                                 "the exact words spoken in the file")
+            if self.model and models.resolve(self.model) is None:
+                raise ValueError(f"model = {self.model!r} must be a VoxCPM2 folder or a "
+                                 "catalogue name (`voxweft models`)")
+            return self
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        s = self.settings
+        self.backend = s.backend if s.backend != "auto" else ("mlx" if _mlx_here() else "torch")
+        self.folder = models.resolve(s.model or DEFAULT_MODEL[self.backend])
+        self.sample_rate = 48000          # V2; load() reads the model's own
+        self.model = None
+        self.patch_s = 0.16               # seconds of audio per generated patch (load())
+        self._features: dict[tuple[str, str], Any] = {}   # (key, mode) -> encoded voice
+        self._file_voice: Reference | None = None
+
+    def languages(self) -> frozenset[str]:
+        """The model card's 30 languages."""
+        return LANGUAGES
+
+    def wants_voice(self) -> bool:
+        """Whether it speaks in the speaker's voice (`voice = "speaker"`)."""
+        return self.settings.voice == "speaker"
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Build the model once, on this thread, within the actor's thread budget."""
+        if self.folder is None or not self.folder.is_dir():
+            raise StartupError(models.not_fetched(self.folder) if self.folder is not None
+                               else f"no VoxCPM2 model for backend {self.backend}")
+        if not (self.folder / "config.json").is_file():
+            raise StartupError(f"{self.folder} has no config.json: not a VoxCPM2 model folder")
+        if self.backend == "torch":
+            self._load_torch()
+        else:
+            self._load_mlx()
+        voice = self.settings.voice
+        if voice.startswith("file:"):
+            pcm, rate = read_wav(Path(voice[5:]).expanduser())
+            self._file_voice = Reference(key=voice, pcm=pcm, sample_rate=rate,
+                                         text=self.settings.voice_text)
+        _log.info("voxcpm2: %s backend, %s, %d Hz, %.0f ms per patch", self.backend,
+                  self.folder, self.sample_rate, self.patch_s * 1000)
+
+    def _load_torch(self) -> None:
+        threads = self.settings.threads
+        try:
+            import torch
+            torch.set_num_threads(threads)   # oversubscribed: ~100x slower on 2 cores
+            try:
+                torch.set_num_interop_threads(1)
+            except RuntimeError:
+                pass                          # already set in this process
+            VoxCPM2Model = voxcpm2_model_class()   # noqa: N806 (a class)
+        except ImportError as exc:
+            raise StartupError(f"{_INSTALL['torch']} ({exc})") from None
+        module = sys.modules[VoxCPM2Model.__module__]
+        module.tqdm = functools.partial(module.tqdm, disable=True)   # a bar per generation
+        device = None if self.settings.device == "auto" else self.settings.device
+        self.model = VoxCPM2Model.from_local(str(self.folder), optimize=False, device=device)
+        self._torch = torch
+        vae = self.model.audio_vae
+        self.sample_rate = int(self.model.sample_rate)
+        self.patch_s = self.model.patch_size * vae.chunk_size / vae.sample_rate
+        if self.settings.temperature != 1.0:
+            decoder = self.model.feat_decoder
+            decoder.forward = functools.partial(type(decoder).forward, decoder,
+                                                temperature=self.settings.temperature)
+
+    def _load_mlx(self) -> None:
+        try:
+            import mlx.core as mx
+            from mlx_audio.tts.utils import load
+        except ImportError as exc:
+            raise StartupError(f"{_INSTALL['mlx']} ({exc})") from None
+        self.model = load(self.folder)   # a Path: never the hub
+        self._mx = mx
+        vae = self.model.audio_vae
+        self.sample_rate = int(self.model.sample_rate)
+        self.patch_s = self.model.patch_size * vae.chunk_size / self.model._encode_sample_rate
+        if self.settings.temperature != 1.0:
+            self.model.feat_decoder.sample = functools.partial(
+                self.model.feat_decoder.sample, temperature=self.settings.temperature)
+
+    # ------------------------------------------------------------------ voices
+
+    def voice_for(self, voice: Reference | None) -> Reference | None:
+        """The voice to speak in: the speaker's, the file's, or None (the model's own)."""
+        if self.settings.voice == "speaker":
+            return voice
+        return self._file_voice
+
+    def _at(self, ref: Reference, rate: int) -> np.ndarray:
+        if ref.sample_rate == rate:
+            return np.asarray(ref.pcm, np.float32)
+        import soxr
+        return soxr.resample(np.asarray(ref.pcm, np.float32), ref.sample_rate, rate)
+
+    def _torch_cache(self, ref: Reference | None) -> dict | None:
+        """The torch model's prompt cache for `ref` (its VAE features), kept by key."""
+        if ref is None:
+            return None
+        mode = self.settings.voice_mode if ref.text else "reference"
+        key = (ref.key, mode)
+        if key not in self._features:
+            torch, model = self._torch, self.model
+            audio = torch.from_numpy(self._at(ref, model.audio_vae.sample_rate))[None]
+            patch = model.patch_size * model.audio_vae.chunk_size
+            pad = -audio.shape[1] % patch
+            # reference: padded at the end; prompt: at the start (it is continued)
+            audio = torch.nn.functional.pad(audio, (0, pad) if mode == "reference" else (pad, 0))
+            with torch.inference_mode():
+                feat = model.audio_vae.encode(audio.to(model.device),
+                                              model.audio_vae.sample_rate).cpu()
+            feat = feat.view(model.audio_vae.latent_dim, -1, model.patch_size).permute(1, 2, 0)
+            self._features.clear()   # one voice at a time: the newest
+            self._features[key] = ({"ref_audio_feat": feat, "mode": "reference"}
+                                   if mode == "reference" else
+                                   {"prompt_text": ref.text, "audio_feat": feat,
+                                    "mode": "continuation"})
+        return self._features[key]
+
+    # ------------------------------------------------------------------ speaking
+
+    def max_patches(self, clause: str) -> int:
+        """The bound on one clause's generation: a runaway ends (LESSONS: temperature)."""
+        return max(4, math.ceil((len(clause) * self.settings.max_s_per_char + 1.0)
+                                / self.patch_s))
+
+    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+                   voice: Reference | None = None) -> Iterator[np.ndarray]:
+        """Stream each clause (torch: patch by patch; mlx: whole), faded at its ends.
+
+        Catching up (`speed` > 1): VoxCPM2 has no rate knob, so each clause is made whole,
+        then time-stretched (Rubber Band); it waits at the player anyway when catching up.
+        """
+        self._check_lang(lang)
+        if self.model is None:
+            raise RuntimeError("voxcpm2: load() first")
+        ref = self.voice_for(voice)
+        if self.settings.seed is not None:
+            self._seed(self.settings.seed)
+        for clause in self.plan(text, eager):
+            chunks = (self._torch_clause(clause, ref) if self.backend == "torch"
+                      else self._mlx_clause(clause, ref))
+            if speed != 1.0:
+                whole = np.concatenate(list(chunks) or [np.zeros(0, np.float32)])
+                chunks = iter([time_stretch(whole, self.sample_rate, speed)])
+            yield from _faded(chunks, int(FADE_S * self.sample_rate))
+
+    def _check_lang(self, lang: str) -> None:
+        if lang not in LANGUAGES:
+            raise ValueError(f"voxcpm2 does not speak {lang!r}")
+
+    def _seed(self, seed: int) -> None:
+        if self.backend == "torch":
+            self._torch.manual_seed(seed)
+        else:
+            self._mx.random.seed(seed)
+
+    def _torch_clause(self, clause: str, ref: Reference | None) -> Iterator[np.ndarray]:
+        s = self.settings
+        gen = self.model.generate_with_prompt_cache_streaming(
+            target_text=clause, prompt_cache=self._torch_cache(ref), min_len=2,
+            max_len=self.max_patches(clause), inference_timesteps=s.inference_timesteps,
+            cfg_value=s.cfg_value, retry_badcase=False)
+        try:
+            for wav, _tokens, _feats in gen:
+                yield wav.squeeze(0).float().numpy()
+        finally:
+            gen.close()
+
+    def _mlx_clause(self, clause: str, ref: Reference | None) -> Iterator[np.ndarray]:
+        s = self.settings
+        kwargs: dict[str, Any] = {}
+        if ref is not None:
+            audio = self._at(ref, self.sample_rate)   # mlx-audio takes arrays at 48 kHz
+            if s.voice_mode == "prompt" and ref.text:
+                kwargs.update(prompt_audio=audio, prompt_text=ref.text)
+            else:
+                kwargs.update(ref_audio=audio)
+        gen = self.model.generate(clause, max_tokens=self.max_patches(clause),
+                                  inference_timesteps=s.inference_timesteps,
+                                  cfg_value=s.cfg_value, warmup_patches=s.warmup_patches,
+                                  **kwargs)
+        try:
+            for result in gen:
+                yield np.asarray(result.audio, np.float32)
+        finally:
+            gen.close()
+
+
+def _faded(chunks: Iterator[np.ndarray], fade: int) -> Iterator[np.ndarray]:
+    """The chunks of one clause, its first faded in and its last faded out.
+
+    One chunk is held back so the last is known when it goes out; the decoder's chunks are
+    continuous, so only a clause's two ends can click against a neighbour.
+    """
+    held: np.ndarray | None = None
+    first = True
+    for chunk in chunks:
+        chunk = np.asarray(chunk, np.float32).reshape(-1)
+        if not len(chunk):
+            continue
+        if held is not None:
+            yield held
+        if first:
+            chunk = chunk.copy()
+            n = min(fade, len(chunk))
+            chunk[:n] *= np.linspace(0.0, 1.0, n, dtype=np.float32)
+            first = False
+        held = chunk
+    if held is not None:
+        held = held.copy()
+        n = min(fade, len(held))
+        held[len(held) - n:] *= np.linspace(1.0, 0.0, n, dtype=np.float32)
+        yield held

@@ -1,0 +1,273 @@
+"""The voxcpm2 engine on a tiny random-weight VoxCPM2, both backends; the speaker's voice.
+
+Real loading and generation code (`voxcpm` and `mlx-audio`), weights built here: what is
+checked is what a real model relies on (streaming, the voice in use, the bounds, the knobs).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import wave
+
+import numpy as np
+import pytest
+
+from actors import engines
+from actors.engines.tts import Reference
+from actors.engines.tts.stretch import time_stretch
+from actors.tts import TtsActor
+from actors.voice import RATE, VoiceMemory, voiced
+from deploy.topology import load, parse
+from protocol.messages import SpeechChunk, Translation, Voice
+from tests.unit.helpers import run_actor
+from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2
+
+BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(
+    importlib.util.find_spec(p) is None, reason=f"{p} is not installed (tools/install.sh)"))
+    for b, p in (("torch", "voxcpm"), ("mlx", "mlx_audio"))]
+TEXT = "Olá, tudo bem com você?"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_voxcpm2(tmp_path_factory.mktemp("voxcpm2") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def runaway(tmp_path_factory):
+    return build_tiny_voxcpm2(tmp_path_factory.mktemp("voxcpm2") / "runaway", runaway=True)
+
+
+def _speech(seed: int, seconds: float = 5.0) -> np.ndarray:
+    """A voice-like signal: a few harmonics, amplitude-modulated like syllables."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    f0 = 110 + 40 * seed
+    tone = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6))
+    return (0.2 * tone * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))).astype(np.float32)
+
+
+def _ref(seed: int) -> Reference:
+    return Reference(key=f"r{seed}", pcm=_speech(seed), sample_rate=RATE)
+
+
+def _engine(model, backend, **settings):
+    e = engines.build("tts", "voxcpm2", {"backend": backend, "model": str(model),
+                                         "inference_timesteps": 2, "seed": 3, **settings})
+    e.load()
+    return e
+
+
+def _audio(engine, text=TEXT, **kw) -> np.ndarray:
+    return np.concatenate(list(engine.synthesize(text, "pt", **kw)))
+
+
+# --------------------------------------------------------------------------- settings
+
+@pytest.mark.parametrize("value", [0.01, 0.5, 1.5, 3.0])
+def test_a_temperature_far_from_one_is_refused_with_its_meaning(value):
+    with pytest.raises(ValueError) as info:
+        engines.build("tts", "voxcpm2", {"temperature": value})
+    text = str(info.value)
+    assert f"temperature = {value}" in text and "initial noise" in text and "keep 1.0" in text
+
+
+@pytest.mark.parametrize("settings,words", [
+    ({"voice": "someone"}, "must be \"speaker\""),
+    ({"voice": "file:/no/such.wav"}, "no such file"),
+    ({"model": "/no/such/folder"}, "must be a VoxCPM2 folder"),
+    ({"reference_min_s": 8.0, "reference_max_s": 5.0}, "must not exceed"),
+    ({"inference_timesteps": 0}, "inference_timesteps = 0"),
+    ({"cfg_value": 0.5}, "cfg_value = 0.5"),
+    ({"warmup": 2}, "warmup"),
+])
+def test_bad_settings_name_the_key(settings, words):
+    with pytest.raises(ValueError, match=words):
+        engines.build("tts", "voxcpm2", settings)
+
+
+def test_prompt_mode_with_a_file_needs_its_words(tmp_path):
+    path = tmp_path / "me.wav"
+    _write_wav(path, _speech(0))
+    with pytest.raises(ValueError, match="needs voice_text"):
+        engines.build("tts", "voxcpm2", {"voice": f"file:{path}", "voice_mode": "prompt"})
+    e = engines.build("tts", "voxcpm2", {"voice": f"file:{path}", "voice_mode": "prompt",
+                                         "voice_text": "the words"})
+    assert not e.wants_voice()
+    assert engines.build("tts", "voxcpm2", {}).wants_voice()   # "speaker" is the default
+
+
+def test_the_real_weights_are_catalogue_entries_until_fetched(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXWEFT_MODELS", str(tmp_path))
+    for backend, name in (("torch", "voxcpm2"), ("mlx", "voxcpm2-mlx-4bit")):
+        e = engines.build("tts", "voxcpm2", {"backend": backend})
+        assert e.folder == tmp_path / name
+        with pytest.raises(Exception, match=f"voxweft models fetch {name}"):
+            e.load()
+
+
+def _write_wav(path, pcm, rate=RATE):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
+
+
+# --------------------------------------------------------------------------- both backends
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_48k_audio_in_the_given_voice(tiny, backend):
+    e = _engine(tiny, backend)
+    assert e.sample_rate == 48000
+    a = _audio(e, voice=_ref(0))
+    assert a.dtype == np.float32 and len(a) > 0.1 * 48000 and np.abs(a).max() > 0.01
+    assert np.array_equal(a, _audio(e, voice=_ref(0)))     # same voice and seed: same audio
+    b = _audio(e, voice=_ref(1))                            # another voice: other audio
+    assert len(a) != len(b) or not np.allclose(a, b, atol=1e-4)
+    c = _audio(e, voice=None)                               # the model's own voice
+    assert len(a) != len(c) or not np.allclose(a, c, atol=1e-4)
+    # each clause starts and ends at zero: clauses join without a click
+    assert abs(a[0]) < 1e-6 and abs(a[-1]) < 1e-6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_file_voice_is_used_and_the_speaker_voice_ignored(tiny, tmp_path, backend):
+    paths = [tmp_path / f"v{i}.wav" for i in (0, 1)]
+    for i, path in enumerate(paths):
+        _write_wav(path, _speech(i))
+    a, b = (_audio(_engine(tiny, backend, voice=f"file:{p}"), voice=_ref(2)) for p in paths)
+    assert len(a) != len(b) or not np.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_runaway_generation_ends_at_its_texts_bound(runaway, backend):
+    e = _engine(runaway, backend, max_s_per_char=0.1)
+    short, long = "Sim, claro.", "Sim, claro, e depois voltamos todos juntos para casa."
+    for text in (short, long):
+        samples = len(_audio(e, text))
+        bound = e.max_patches(text) * e.patch_s * e.sample_rate
+        assert 0.9 * bound <= samples <= bound + 16, (text, samples, bound)   # mlx: +8
+    assert e.max_patches(long) > 2 * e.max_patches(short)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_temperature_reaches_the_diffusion(tiny, backend):
+    a = _audio(_engine(tiny, backend), voice=_ref(0))
+    b = _audio(_engine(tiny, backend, temperature=1.3), voice=_ref(0))
+    assert len(a) != len(b) or not np.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_catching_up_stretches_each_clause_at_the_same_pitch(tiny, backend):
+    e = _engine(tiny, backend)
+    normal = _audio(e, voice=_ref(0))
+    fast = list(e.synthesize(TEXT, "pt", speed=1.3, voice=_ref(0)))
+    assert len(fast) == len(e.plan(TEXT))               # one chunk per clause when stretched
+    ratio = len(normal) / sum(len(c) for c in fast)
+    assert 1.2 < ratio < 1.4, ratio
+
+
+def test_torch_streams_the_first_chunk_before_the_last_is_made(runaway):
+    e = _engine(runaway, "torch")
+    decoder = e.model.feat_decoder
+    made = []
+    forward = decoder.forward
+    decoder.forward = lambda *a, **k: (made.append(1), forward(*a, **k))[1]
+    text = "Sim, claro."
+    chunks = e.synthesize(text, "pt", voice=_ref(0))
+    first = next(chunks)
+    at_first = len(made)
+    rest = list(chunks)
+    assert len(first) == round(e.patch_s * e.sample_rate) == 7680      # 160 ms at 48 kHz
+    assert at_first <= 2 < len(made) == e.max_patches(text)
+    assert len(rest) == len(made) - 1
+
+
+def test_the_4bit_mlx_conversion_speaks(tiny, tmp_path):
+    if importlib.util.find_spec("mlx_audio") is None:
+        pytest.skip("mlx_audio is not installed")
+    from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2_mlx_4bit
+    q = build_tiny_voxcpm2_mlx_4bit(tiny, tmp_path / "q4")
+    a = _audio(_engine(q, "mlx"), voice=_ref(0))
+    assert len(a) > 0.1 * 48000 and np.isfinite(a).all()
+
+
+# --------------------------------------------------------------------------- the voice memory
+
+def test_voiced_drops_pauses_and_the_echo_gates_zeros():
+    speech = _speech(0, 2.0)
+    pcm = np.concatenate([speech, np.zeros(RATE, np.float32),            # gated: zeros
+                          1e-4 * np.ones(RATE // 2, np.float32), speech])  # room noise
+    kept = voiced(pcm)
+    assert abs(len(kept) - 2 * len(speech)) <= 2 * 320
+    dip = 2e-3 * np.ones(RATE // 10, np.float32)   # 100 ms quiet between syllables: kept
+    assert len(voiced(np.concatenate([speech, dip, speech]))) == 2 * len(speech) + len(dip)
+    gated = np.zeros(RATE // 10, np.float32)      # 100 ms the echo gate took: never kept
+    assert len(voiced(np.concatenate([speech, gated, speech]))) == 2 * len(speech)
+
+
+def test_the_memory_is_bounded_and_a_reference_ends_at_its_utterance():
+    memory = VoiceMemory(min_s=3.0, max_s=10.0, keep=4)
+    memory.add("u0", _speech(0, 2.0), RATE)
+    assert memory.reference("u0") is None                  # 2 s: too little yet
+    memory.add("u1", _speech(1, 2.0), RATE)
+    ref = memory.reference("u1")
+    assert ref.key == "u0+u1" and abs(ref.duration_s - 4.0) < 0.05
+    for i in range(2, 8):
+        memory.add(f"u{i}", _speech(i % 3, 4.0), RATE)
+    assert list(memory.utterances) == ["u4", "u5", "u6", "u7"] and memory.held_s == 16.0
+    ref = memory.reference("u5")                            # not the later u6, u7
+    assert ref.key == "u4+u5" and abs(ref.duration_s - 8.0) < 0.05
+    ref = memory.reference("u7")                            # at most 10 s, newest first
+    assert ref.key == "u5+u6+u7" and abs(ref.duration_s - 10.0) < 0.02
+    assert memory.reference("unknown").key.endswith("u7")   # a draft's: the latest
+    with pytest.raises(ValueError, match="16000 Hz mono"):
+        memory.add("x", _speech(0), 48000)
+
+
+def test_a_draft_voice_is_replaced_by_the_whole_utterance_and_keeps_its_words():
+    memory = VoiceMemory(min_s=1.0, max_s=10.0)
+    memory.add("u0", _speech(0, 1.5), RATE)
+    memory.words("u0", "hello there")
+    memory.add("u0", _speech(0, 3.0), RATE)
+    assert abs(memory.reference("u0").duration_s - 3.0) < 0.05
+    prompt = memory.prompt("u0")
+    assert prompt.text == "hello there" and prompt.key == "u0:prompt"
+
+
+# --------------------------------------------------------------------------- the tts actor
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tts_speaks_a_translation_in_the_voice_the_segmenter_heard(tiny, backend):
+    raw = copy.deepcopy(load(None).raw)
+    raw["actors"]["tts"].update(engine="voxcpm2", settings={
+        "backend": backend, "model": str(tiny), "inference_timesteps": 2, "seed": 3})
+    topo = parse(raw)
+    actor = TtsActor(topo, topo.actors["tts"])
+    assert ("segmenter", b"voice.") in actor.subscriptions()
+    say = Translation(utt="u1", src_lang="en", tgt_lang="pt", source_text="-", text=TEXT)
+    run_actor(actor, [Voice(utt="u1", pcm=_speech(0), sample_rate=RATE)], src="segmenter")
+    out = run_actor(actor, [say], src="mt", loaded=True)
+    audio = np.concatenate([m.pcm for m in out if isinstance(m, SpeechChunk)])
+    assert actor.counters["voice_speaker"] == 1
+    heard = actor.voices.reference("u1")
+    assert heard.key == "u1" and heard.duration_s > 3.0
+    assert np.array_equal(audio, _audio(actor.engine, voice=heard))
+
+    raw["actors"]["tts"]["settings"]["voice"] = "default"
+    topo = parse(raw)
+    assert ("segmenter", b"voice.") not in TtsActor(topo, topo.actors["tts"]).subscriptions()
+
+
+def test_time_stretch_keeps_the_pitch():
+    t = np.arange(48000) / 48000
+    tone = np.sin(2 * np.pi * 220 * t).astype(np.float32)
+    fast = time_stretch(tone, 48000, 1.25)
+    assert abs(len(fast) - 48000 / 1.25) < 0.02 * 48000
+    spectrum = np.abs(np.fft.rfft(fast[4000:-4000] * np.hanning(len(fast) - 8000)))
+    peak = np.argmax(spectrum) * 48000 / (len(fast) - 8000)
+    assert abs(peak - 220) < 5, peak
+    assert time_stretch(tone, 48000, 1.0) is not None
+    with pytest.raises(ValueError, match="outside"):
+        time_stretch(tone, 48000, 3.0)
