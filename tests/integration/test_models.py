@@ -153,7 +153,12 @@ def home(tmp_path):
     catalogue.write_text(f'[models.{NAME}]\nstage = "asr"\nengine = "mlx-whisper"\n'
                          f'repo = "{REPO}"\nrevision = "{REVISION}"\nfiles = [\n{entries}\n]\n'
                          f'[models.unpinned]\nstage = "asr"\nengine = "mlx-whisper"\n'
-                         f'repo = "{REPO}"\nfiles = [{{ path = "config.json" }}]\n')
+                         f'repo = "{REPO}"\nfiles = [{{ path = "config.json" }}]\n'
+                         f'[models.sizeless]\nstage = "asr"\nengine = "mlx-whisper"\n'
+                         f'repo = "{REPO}"\nrevision = "{REVISION}"\nfiles = [\n'
+                         + "\n".join(f'  {{ path = "{name}", sha256 = '
+                                     f'"{hashlib.sha256(data).hexdigest()}" }},'
+                                     for name, data in files.items()) + "\n]\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(VOXWEFT_MODELS=str(tmp_path / "models"), VOXWEFT_MODELS_CATALOGUE=str(catalogue),
                HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_PROGRESS_BARS="1",
@@ -173,6 +178,17 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     return lines[0]
+
+
+def test_fetch_takes_an_entry_whose_sizes_are_unknown_by_its_sha256(hub, home):
+    tmp, env = home
+    env["HF_ENDPOINT"] = hub.url
+    proc = voxweft(env, "fetch", "sizeless")
+    assert proc.returncode == 0, proc.stderr
+    for name, data in tiny_model().items():
+        assert (tmp / "models" / "sizeless" / name).read_bytes() == data
+    again = voxweft(env, "fetch", "sizeless")   # present and checked: nothing downloaded
+    assert again.returncode == 0 and "already in" in again.stdout, again.stdout + again.stderr
 
 
 def test_fetch_puts_checked_files_in_place_and_lists_them(hub, home):

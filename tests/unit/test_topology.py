@@ -485,6 +485,10 @@ def test_the_mac_topology_loads_here_before_its_models_are_fetched(tmp_path, mon
     assert ("en", "pt") in mt.pairs()
     with pytest.raises(StartupError, match="voxweft models fetch nllb-200-distilled-600m-ct2"):
         mt.load()
+    tts = engines.build("tts", "voxcpm2", topology.actors["tts"].engine_settings())
+    assert tts.backend == "mlx" and tts.wants_voice() and "pt" in tts.languages()
+    with pytest.raises(StartupError, match="voxweft models fetch voxcpm2-mlx-4bit"):
+        tts.load()
 
 
 def test_an_mlx_asr_process_starts_with_openblas_preloaded_on_linux():
