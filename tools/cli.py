@@ -313,6 +313,20 @@ def cmd_models(args) -> int:
     return models.cmd_list(args.topology, as_json=args.json, verify=args.verify)
 
 
+def cmd_voicecheck(args) -> int:
+    """Compare VoxCPM2's voice modes on a corpus: likeness to the speaker, language kept."""
+    from tools import voicecheck
+
+    try:
+        report = voicecheck.check(topo_mod.load(args.topology), Path(args.corpus),
+                                  Path(args.out), limit=args.limit)
+    except (voicecheck.VoiceCheckError, ValueError) as exc:
+        return _die(f"voxweft voicecheck: {exc}")
+    print(voicecheck.markdown(report))
+    print(f"voxweft voicecheck: report in {Path(args.out) / 'voicecheck.json'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = argparse.ArgumentParser(prog="voxweft", description="Local speech-to-speech "
@@ -382,6 +396,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--report", metavar="NEW.json",
                     help="with --compare: compare this report instead of running")
     sp.set_defaults(fn=cmd_bench)
+
+    sp = sub.add_parser("voicecheck", help="VoxCPM2: which voice mode keeps the speaker's "
+                        "voice without leaking their language")
+    common(sp, run=False)
+    sp.add_argument("--corpus", required=True,
+                    help="one speaker's NAME.wav + NAME.txt (+ NAME.<tgt>.txt translations)")
+    sp.add_argument("--out", default="voicecheck", help="report folder")
+    sp.add_argument("--limit", type=int, default=5, help="only the first N clips")
+    sp.set_defaults(fn=cmd_voicecheck)
 
     sp = sub.add_parser("demo", help="interpret the bundled English sample into Portuguese")
     common(sp, run=False)

@@ -36,7 +36,7 @@ esac
 # voxcpm: what VoxCPM2's torch backend needs, then voxcpm itself without the dependencies it
 # declares (gradio, funasr, modelscope, a CUDA torchaudio...: its VoxCPM2 path needs none).
 .venv/bin/python -m pip install -q -e ".[test,mlx,voxcpm]"
-.venv/bin/python -m pip install -q --no-deps "voxcpm==2.0.3"
+.venv/bin/python -m pip install -q --no-deps "voxcpm==2.0.3" "resemblyzer==0.1.4"
 echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activate)"
 
 if [ "${1:-}" != "--no-demo" ]; then

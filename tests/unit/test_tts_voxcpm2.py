@@ -132,6 +132,15 @@ def test_48k_audio_in_the_given_voice(tiny, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_voice_with_its_words_is_a_prompt_not_a_reference(tiny, backend):
+    e = _engine(tiny, backend)
+    ref = _ref(0)
+    prompt = Reference(key="p", pcm=ref.pcm, sample_rate=RATE, text="Good morning to you all.")
+    a, b = _audio(e, voice=ref), _audio(e, voice=prompt)
+    assert len(a) != len(b) or not np.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_file_voice_is_used_and_the_speaker_voice_ignored(tiny, tmp_path, backend):
     paths = [tmp_path / f"v{i}.wav" for i in (0, 1)]
     for i, path in enumerate(paths):

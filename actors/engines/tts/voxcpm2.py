@@ -199,8 +199,8 @@ class VoxCpm2Engine(TtsEngine):
         voice = self.settings.voice
         if voice.startswith("file:"):
             pcm, rate = read_wav(Path(voice[5:]).expanduser())
-            self._file_voice = Reference(key=voice, pcm=pcm, sample_rate=rate,
-                                         text=self.settings.voice_text)
+            self._file_voice = Reference(key=voice, pcm=pcm, sample_rate=rate, text=(
+                self.settings.voice_text if self.settings.voice_mode == "prompt" else ""))
         _log.info("voxcpm2: %s backend, %s, %d Hz, %.0f ms per patch", self.backend,
                   self.folder, self.sample_rate, self.patch_s * 1000)
 
@@ -259,10 +259,13 @@ class VoxCpm2Engine(TtsEngine):
         return soxr.resample(np.asarray(ref.pcm, np.float32), ref.sample_rate, rate)
 
     def _torch_cache(self, ref: Reference | None) -> dict | None:
-        """The torch model's prompt cache for `ref` (its VAE features), kept by key."""
+        """The torch model's prompt cache for `ref` (its VAE features), kept by key.
+
+        A reference with its words is a prompt (continued); without, a reference (timbre).
+        """
         if ref is None:
             return None
-        mode = self.settings.voice_mode if ref.text else "reference"
+        mode = "prompt" if ref.text else "reference"
         key = (ref.key, mode)
         if key not in self._features:
             torch, model = self._torch, self.model
@@ -292,6 +295,9 @@ class VoxCpm2Engine(TtsEngine):
     def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
                    voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Stream each clause (torch: patch by patch; mlx: whole), faded at its ends.
+
+        ``voice`` (with `voice = "speaker"`): a reference, or a prompt when it has its words
+        (the tts actor gives one per `voice_mode`).
 
         Catching up (`speed` > 1): VoxCPM2 has no rate knob, so each clause is made whole,
         then time-stretched (Rubber Band); it waits at the player anyway when catching up.
@@ -337,7 +343,7 @@ class VoxCpm2Engine(TtsEngine):
         kwargs: dict[str, Any] = {}
         if ref is not None:
             audio = self._at(ref, self.sample_rate)   # mlx-audio takes arrays at 48 kHz
-            if s.voice_mode == "prompt" and ref.text:
+            if ref.text:   # a prompt: its words are continued
                 kwargs.update(prompt_audio=audio, prompt_text=ref.text)
             else:
                 kwargs.update(ref_audio=audio)
