@@ -71,6 +71,17 @@ class CatalogueEntry:
 # again here (this project's build machine has no hub access): `fetch` checks them instead.
 # The NLLB entry's four files and their sum (630,477,782 bytes) are pinned alike by several
 # public projects that download that commit and check each file's sha256 after download.
+#: VoxCPM2's tokenizer files: the same bytes in the torch and both MLX repositories.
+_VOXCPM2_TOKENIZER = (
+    ModelFile("special_tokens_map.json", 1_632,
+              "068594063e37662c02b21acf42ebb334ef6a74fb810e68a2368f88f08351de76"),
+    ModelFile("tokenizer.json", 3_676_772,
+              "f8984687e4a92a3503d521396d454b7d68e9fdaab2a0288eb3536c7c1aa4bc20"),
+)
+_VOXCPM2_MLX_TOKENIZER_CONFIG = ModelFile(
+    "tokenizer_config.json", 4_952,
+    "466575c55f0cf49530666c2e46ed14f26237dbd227ba7f4bb3bbec93df90edfc")
+
 CATALOGUE: tuple[CatalogueEntry, ...] = (
     CatalogueEntry(
         name="mlx-whisper-large-v3-turbo", stage="asr", engine="mlx-whisper",
@@ -120,9 +131,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                       "14bb8dfb35c0ffdea7bc01e56cea38b9e3d5efcdcb9c251d6b40538e1aab555a"),
         ),
         about="NLLB-200 distilled 600M, CTranslate2 int8, 200 languages (CC-BY-NC-4.0)"),
-    # VoxCPM2: the tokenizer files are the same bytes in all three (same sha256). The 4-bit
-    # entry's config.json and model.safetensors sizes were found nowhere (together
-    # 2,297,220,661 bytes; the five files 2,300,904,017): their sha256 checks them.
+    # VoxCPM2. The 4-bit entry's config.json and model.safetensors sizes were found nowhere
+    # (together 2,297,220,661 bytes; the five files 2,300,904,017): their sha256 checks them.
     CatalogueEntry(
         name="voxcpm2", stage="tts", engine="voxcpm2",
         repo="openbmb/VoxCPM2",
@@ -130,12 +140,9 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         files=(
             ModelFile("config.json", 4_336,
                       "405f0dcd92f7feba6011ed4eac5c8d4f74cba9712f07fd5cfa3063bbdd95402c"),
-            ModelFile("tokenizer.json", 3_676_772,
-                      "f8984687e4a92a3503d521396d454b7d68e9fdaab2a0288eb3536c7c1aa4bc20"),
+            *_VOXCPM2_TOKENIZER,
             ModelFile("tokenizer_config.json", 5_059,
                       "e78a3ebb48a0b9437efd1823b6b726c823da89e49dd8bcc90c02419d9baa772b"),
-            ModelFile("special_tokens_map.json", 1_632,
-                      "068594063e37662c02b21acf42ebb334ef6a74fb810e68a2368f88f08351de76"),
             ModelFile("model.safetensors", 4_580_080_592,
                       "f7f964cfa9da23653baec6e6f7750719977ad944ed9f95fe52fe3a620506891d"),
             ModelFile("audiovae.pth", 376_951_122,
@@ -151,12 +158,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                       "91bff6db1be27bc0f4f2a287cca7a8fbb8b1d7a0b026a5dc4a71bc5f2f1ddcfb"),
             ModelFile("model.safetensors", None,
                       "25bddc99a7cc6d28214f12dd676ed0afa9b0a805d6477f85c275bb113cb8acee"),
-            ModelFile("special_tokens_map.json", 1_632,
-                      "068594063e37662c02b21acf42ebb334ef6a74fb810e68a2368f88f08351de76"),
-            ModelFile("tokenizer.json", 3_676_772,
-                      "f8984687e4a92a3503d521396d454b7d68e9fdaab2a0288eb3536c7c1aa4bc20"),
-            ModelFile("tokenizer_config.json", 4_952,
-                      "466575c55f0cf49530666c2e46ed14f26237dbd227ba7f4bb3bbec93df90edfc"),
+            *_VOXCPM2_TOKENIZER, _VOXCPM2_MLX_TOKENIZER_CONFIG,
         ),
         about="VoxCPM2 2B, MLX 4-bit, 2.3 GB (Apple Silicon; Apache-2.0; backend mlx)"),
     CatalogueEntry(
@@ -168,12 +170,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                       "005406ee534a26bc1821055f8c38ffa46fa6c3d3362bd04af5673a44689d92b8"),
             ModelFile("model.safetensors", 3_221_772_935,
                       "c07c59aca742fe8f53384a3da4d8a3b3fd98ddc77066dd4bd35b51e08c34a72f"),
-            ModelFile("special_tokens_map.json", 1_632,
-                      "068594063e37662c02b21acf42ebb334ef6a74fb810e68a2368f88f08351de76"),
-            ModelFile("tokenizer.json", 3_676_772,
-                      "f8984687e4a92a3503d521396d454b7d68e9fdaab2a0288eb3536c7c1aa4bc20"),
-            ModelFile("tokenizer_config.json", 4_952,
-                      "466575c55f0cf49530666c2e46ed14f26237dbd227ba7f4bb3bbec93df90edfc"),
+            *_VOXCPM2_TOKENIZER, _VOXCPM2_MLX_TOKENIZER_CONFIG,
         ),
         about="VoxCPM2 2B, MLX 8-bit, 3.2 GB (Apple Silicon; Apache-2.0; backend mlx)"),
 )
