@@ -280,3 +280,17 @@ def test_time_stretch_keeps_the_pitch():
     assert time_stretch(tone, 48000, 1.0) is not None
     with pytest.raises(ValueError, match="outside"):
         time_stretch(tone, 48000, 3.0)
+
+
+def test_only_a_tts_that_speaks_in_the_speakers_voice_hears_the_speaker(tiny):
+    from actors.__main__ import actor_class
+
+    raw = copy.deepcopy(load(None).raw)
+    for engine, settings, wants in (("kokoro", {}, False),
+                                    ("voxcpm2", {"model": str(tiny)}, True)):
+        raw["actors"]["tts"].update(engine=engine, settings=settings)
+        topo = parse(raw)
+        hears = {name for name in ("segmenter", "asr", "mt", "tts", "player")
+                 if any(topic == b"voice." for _, topic in
+                        actor_class(name)(topo, topo.actors[name]).subscriptions())}
+        assert hears == ({"tts"} if wants else set()), engine
