@@ -57,6 +57,13 @@ START_SECS = 2
 LOAD_BACKOFF_S = (1.0, 3.0, 9.0)   # waits between load attempts in one process
 
 log = logging.getLogger("voxweft")
+#: A refused peer (ZAP or CURVE handshake) is logged at most this often, and counted always.
+REFUSED_LOG_S = 10.0
+REFUSALS = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "its key is not listed in the topology",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "not a voxweft peer, or without CURVE",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "no CURVE, or it expects another host's key",
+}
 
 
 class StartupError(Exception):
@@ -183,6 +190,9 @@ class Runtime:
         self.endpoint_peer: dict[str, str] = {}
         self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""), actor.name)
         self.ctx = zmq.Context()
+        self.curve = None      # protocol.security.Curve where the bus leaves loopback (run())
+        self.auth = None
+        self.refused_logged = -REFUSED_LOG_S
 
     # -- threads --------------------------------------------------------------------------
     def _signal_thread(self) -> None:
@@ -380,11 +390,17 @@ class Runtime:
         actor, topo = self.actor, self.actor.topology
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         threading.Thread(target=self._signal_thread, name="signals", daemon=True).start()
+        try:   # beyond loopback the bus is CURVE: this host's keys, a ZAP handler
+            self.curve = topo.curve(getattr(actor.config, "host", None))
+        except ValueError as exc:
+            log.error("%s: cannot start: %s", actor.name, exc)
+            return EXIT_CONFIG
+        self.auth = self.curve.start(self.ctx, actor.name) if self.curve else None
         try:
             pull = self.ctx.socket(zmq.PULL)
             pull.setsockopt(zmq.LINGER, 0)
             pull.bind("inproc://out")
-            pub = sockets.pub(self.ctx, topo.pub_bind(actor.name))
+            pub = sockets.pub(self.ctx, topo.pub_bind(actor.name), self.curve)
             # Before the output thread owns it: a socket is not shared between threads.
             bound = [self._watch_bound(pub)]
         except zmq.ZMQError as exc:
@@ -413,16 +429,16 @@ class Runtime:
         if by_peer:
             sub = sockets.sub(self.ctx, [], sorted({t for ts in by_peer.values() for t in ts}))
             for peer in by_peer:
-                sub.connect(topo.pub_connect(peer))
+                sockets.connect(sub, topo.pub_connect(peer), self.curve)
                 self.endpoint_peer[topo.pub_connect(peer)] = peer
             inputs.append(sub)
         if actor.pulls():
-            inputs.append(sockets.pull(self.ctx, [topo.push_connect()]))
+            inputs.append(sockets.pull(self.ctx, [topo.push_connect()], self.curve))
             self.endpoint_peer[topo.push_connect()] = "segmenter"
         self.push = None
         if actor.push_types:
             try:
-                self.push = sockets.push(self.ctx, topo.push_bind())
+                self.push = sockets.push(self.ctx, topo.push_bind(), self.curve)
                 bound.append(self._watch_bound(self.push))
             except zmq.ZMQError as exc:
                 log.error("%s: cannot bind %s (%s)", actor.name, topo.push_bind(), exc)
@@ -448,6 +464,8 @@ class Runtime:
                 for sock in inputs + bound + [self.out] + ([self.push] if self.push else []):
                     sock.close(0)
                 time.sleep(0.05)   # let the heartbeat thread send "stopping" and close
+                if self.auth is not None:
+                    self.auth.stop()
                 self.ctx.term()
                 self.done.set()
         return code or 0
@@ -493,7 +511,16 @@ class Runtime:
 
     def _count_bound(self, mon: zmq.Socket) -> None:
         event = recv_monitor_message(mon)
-        self.actor.counters[sockets.BOUND_EVENTS.get(event["event"], "peer_events")] += 1
+        kind = sockets.BOUND_EVENTS.get(event["event"], "peer_events")
+        self.actor.counters[kind] += 1
+        now = time.monotonic()
+        # A refused peer retries every 0.1-2 s: said once per REFUSED_LOG_S, counted always.
+        if kind == "peers_refused" and now - self.refused_logged >= REFUSED_LOG_S:
+            self.refused_logged = now
+            log.warning("%s: refused a peer on %s (%s); %d refused so far", self.actor.name,
+                        event["endpoint"].decode(errors="replace"),
+                        REFUSALS.get(event["event"], "handshake failed"),
+                        self.actor.counters[kind])
 
     def _loop(self, inputs: list[zmq.Socket], bound: list[zmq.Socket]) -> None:
         poller = zmq.Poller()
@@ -543,7 +570,7 @@ class Runtime:
             sock.disconnect(endpoint)
         except zmq.ZMQError:
             pass
-        sock.connect(endpoint)
+        sockets.connect(sock, endpoint, self.curve)
 
 
 def output_proxy(pull: zmq.Socket, pub: zmq.Socket) -> None:

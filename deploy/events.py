@@ -117,7 +117,10 @@ class Listener:
     def __init__(self, topology: Topology, host: str, sup: Supervisor) -> None:
         self.host, self.sup = host, sup
         self.ctx = zmq.Context()
-        self.pub = sockets.pub(self.ctx, topology.events_bind(host))
+        # Beyond loopback a CURVE server with this host's keys (`up` checked they exist).
+        self.curve = topology.curve(host) if host in topology.hosts else None
+        self.auth = self.curve.start(self.ctx, f"supervisor.{host}") if self.curve else None
+        self.pub = sockets.pub(self.ctx, topology.events_bind(host), self.curve)
         self.lock = threading.Lock()
         self.latest: dict[str, Supervision] = {}
         self.epoch, self.seq = time.time_ns(), 0

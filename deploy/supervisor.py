@@ -273,9 +273,11 @@ class Supervisor:
 class BusWatcher:
     """Subscribes to every actor's status heartbeat (PUB only: it can never slow anyone)."""
 
-    def __init__(self, topology: Topology, actors: list[str] | None = None) -> None:
+    def __init__(self, topology: Topology, actors: list[str] | None = None,
+                 curve=None) -> None:
         self.actors = actors or list(topology.actors)
-        self.bus = BusClient([topology.pub_connect(a) for a in self.actors], [b"status."])
+        self.bus = BusClient([topology.pub_connect(a) for a in self.actors], [b"status."],
+                             curve)
         self.latest: dict[str, Status] = {}
 
     def poll(self, timeout_s: float) -> None:
@@ -290,12 +292,12 @@ class BusWatcher:
 
 
 def wait_ready(sup: Supervisor, topology: Topology, actors: list[str],
-               timeout_s: float = 300.0, progress=None) -> dict[str, Status]:
+               timeout_s: float = 300.0, progress=None, curve=None) -> dict[str, Status]:
     """Wait until every actor reports ready on the bus; raise naming the one that failed.
 
     Returns their last heartbeats (their measured budgets among them).
     """
-    watcher = BusWatcher(topology, actors)
+    watcher = BusWatcher(topology, actors, curve)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

@@ -6,18 +6,20 @@ Validated at load; every error names the file, the key and what is allowed.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomli_w
 from pydantic import Field, field_validator
 
 from actors.config import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig, Settings
+from protocol import security
 
 DEFAULT_TOPOLOGY = Path(__file__).with_name("default.toml")
-TOP_KEYS = ("pipeline", "hosts", "actors")
+TOP_KEYS = ("pipeline", "hosts", "actors", "clients")
 #: The live listener never hears a translation start later than this after its speech
 #: ended (actors.lag); 0: no bound (file interpretation keeps every utterance).
 DEFAULT_MAX_LAG_S = 8.0
@@ -50,11 +52,37 @@ class PipelineTable(Settings):
 
 
 class HostTable(Settings):
-    """`[hosts.NAME]`: how peers reach it, the interface its actors bind, its events port."""
+    """`[hosts.NAME]`: how peers reach it, the interface its actors bind, its events port.
+
+    Beyond loopback its bus is CURVE (protocol.security): `public_key` is its key (from
+    `voxweft keys --host NAME`), `secret_key` the file of its secret (default: the keys
+    folder's NAME.key_secret), `allow` the only source addresses its sockets admit ([] = any).
+    """
 
     address: str = "127.0.0.1"
     bind: str = ""               # "" = its address
     events_port: int = Field(DEFAULT_EVENTS_PORT, ge=1, le=65535)
+    public_key: str = ""
+    secret_key: str = ""
+    allow: list[str] = []
+
+    @field_validator("public_key")
+    @classmethod
+    def _z85(cls, key: str) -> str:
+        if key and not security.valid_public_key(key):
+            raise ValueError(f"public_key = {key!r} is not a CURVE public key (40 Z85 "
+                             "characters, as `voxweft keys` prints)")
+        return key
+
+    @field_validator("allow")
+    @classmethod
+    def _addresses(cls, addresses: list[str]) -> list[str]:
+        for address in addresses:
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"allow: {address!r} is not an IP address") from None
+        return addresses
 
 
 class TopologyError(ValueError):
@@ -72,6 +100,19 @@ class Host:
     address: str
     bind: str
     events_port: int = DEFAULT_EVENTS_PORT
+    public_key: str = ""
+    secret_key: str = ""          # "" = the keys folder's NAME.key_secret
+    allow: tuple[str, ...] = ()
+
+    @property
+    def curve(self) -> bool:
+        """Whether its bus is CURVE: it binds beyond loopback."""
+        return not security.loopback(self.bind)
+
+    def secret_key_file(self) -> Path:
+        """The file with its secret key."""
+        return (Path(self.secret_key).expanduser() if self.secret_key
+                else security.keys_dir() / f"{self.name}.key_secret")
 
 
 @dataclass
@@ -85,6 +126,42 @@ class Topology:
     actors: dict[str, ActorConfig]
     raw: dict
     max_lag_s: float = DEFAULT_MAX_LAG_S
+    clients: dict[str, str] = field(default_factory=dict)   # name -> public key
+
+    def curve(self, host: str | None = None, key_file: Path | None = None
+              ) -> security.Curve | None:
+        """The CURVE of a process on `host` (its keys), or of a client with `key_file`.
+
+        None when every host binds loopback (no keys needed). ValueError with one line
+        saying what to do when keys are needed and missing.
+        """
+        secured = [h for h in self.hosts.values() if h.curve]
+        if not secured:
+            return None
+        for h in secured:
+            if not h.public_key:
+                raise ValueError(
+                    f"host {h.name} binds {h.bind} (beyond loopback), so its bus needs keys: run "
+                    f"`voxweft keys --host {h.name}` there and put the public key it prints in "
+                    f"[hosts.{h.name}] public_key of this topology, on every host")
+        if key_file is None:
+            if host is None:
+                raise ValueError("this topology's bus is CURVE: give --host NAME (this "
+                                 "machine's keys) or --key FILE (a client's, listed in "
+                                 "[clients])")
+            key_file = self.hosts[host].secret_key_file()
+        public, secret = security.load_keys(key_file)
+        admitted = {h.public_key.encode(): f"host {h.name}" for h in self.hosts.values()
+                    if h.public_key}
+        admitted.update({k.encode(): f"client {n}" for n, k in self.clients.items()})
+        if public not in admitted:
+            raise ValueError(f"the key in {key_file} is not listed in this topology (not a "
+                             "[hosts.NAME] public_key, not in [clients])")
+        mine = self.hosts[host] if host else None
+        return security.Curve(
+            public=public, secret=secret,
+            servers={h.address: h.public_key.encode() for h in secured},
+            clients=admitted, addresses=mine.allow if mine is not None else ())
 
     def host_of(self, actor: str) -> Host:
         """The host an actor runs on."""
@@ -224,7 +301,8 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
             host = HostTable.check(_table(f"{source}: hosts.{name}", table))
         except ValueError as exc:
             raise _located(f"{source}: hosts.{name}", exc) from None
-        hosts[name] = Host(name, host.address, host.bind or host.address, host.events_port)
+        hosts[name] = Host(name, host.address, host.bind or host.address, host.events_port,
+                           host.public_key, host.secret_key, tuple(host.allow))
     if not hosts:
         raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
     tables = _table(f"{source}: actors", raw.get("actors", {}))
@@ -259,7 +337,14 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
                 raise TopologyError(f"{source}: actors.{name}.{key} = {port} is already used by "
                                     f"{ports[(addr, port)]} on host {config.host}")
             ports[(addr, port)] = f"actors.{name}"
-    return Topology(source, src_lang, tgt_lang, hosts, actors, raw, float(max_lag_s))
+    clients = _table(f"{source}: clients", raw.get("clients", {}))
+    for name, key in clients.items():
+        if not isinstance(key, str) or not security.valid_public_key(key):
+            raise TopologyError(f"{source}: clients.{name} = {key!r} is not a CURVE public key "
+                                f"(40 Z85 characters: `voxweft keys --client {name}` prints "
+                                "it)")
+    return Topology(source, src_lang, tgt_lang, hosts, actors, raw, float(max_lag_s),
+                    dict(clients))
 
 
 def load(path: str | os.PathLike | None = None) -> Topology:

@@ -18,6 +18,7 @@ import zmq
 from protocol import sockets
 from protocol.codec import ProtocolError, decode
 from protocol.messages import Message, now_ns
+from protocol.security import Curve
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,11 @@ class BusClient:
     sender (``status.capture``) when only one actor's messages are wanted.
     """
 
-    def __init__(self, endpoints: Iterable[str] = (), topics: Iterable[bytes] = (b"",)) -> None:
+    def __init__(self, endpoints: Iterable[str] = (), topics: Iterable[bytes] = (b"",),
+                 curve: Curve | None = None) -> None:
         self.ctx = zmq.Context()
-        self.sock = sockets.sub(self.ctx, list(endpoints), list(topics))
+        self.curve = curve     # a CURVE bus: this client's keys (protocol.security)
+        self.sock = sockets.sub(self.ctx, list(endpoints), list(topics), curve)
         #: Frames dropped because they did not decode, by `ProtocolError.kind`.
         self.bad: collections.Counter[str] = collections.Counter()
 
@@ -48,7 +51,7 @@ class BusClient:
         for topic in topics:
             self.sock.setsockopt(zmq.SUBSCRIBE, topic)
         for endpoint in endpoints:
-            self.sock.connect(endpoint)
+            sockets.connect(self.sock, endpoint, self.curve)
 
     def receive(self, timeout_s: float | None) -> Received | None:
         """The next frames within `timeout_s` (None: wait for ever), decoded or counted bad."""

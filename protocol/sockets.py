@@ -8,6 +8,7 @@ from __future__ import annotations
 import zmq
 
 from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
+from protocol.security import Curve, plain_bind, plain_connect
 
 COMMON = {
     # Shutdown must never hang on unsent messages; a stopped actor has nothing worth waiting for.
@@ -21,6 +22,10 @@ COMMON = {
     zmq.RECONNECT_IVL: 100,
     # ... but back off to 2 s so a peer that stays down does not cost a busy loop.
     zmq.RECONNECT_IVL_MAX: 2000,
+    # A connect whose SYNs go unanswered (a LAN cable pulled) is given up after 2 s and tried
+    # again: left to the kernel, its retransmits (1, 2, 4 ... 32 s) delayed the reconnect
+    # 12.6 s after a 60 s cut (measured across two network namespaces; with this, 0.01 s).
+    zmq.CONNECT_TIMEOUT: 2000,
 }
 
 INBOUND = {
@@ -65,6 +70,16 @@ BOUND_EVENTS = {
 }
 
 
+def connect(sock: zmq.Socket, endpoint: str, curve: Curve | None = None) -> None:
+    """Connect `sock` to `endpoint`, as a CURVE client where the topology says so."""
+    (curve.connect if curve is not None else plain_connect)(sock, endpoint)
+
+
+def bind(sock: zmq.Socket, endpoint: str, curve: Curve | None = None) -> None:
+    """Bind `sock` to `endpoint`, as a CURVE server beyond loopback where keys are set."""
+    (curve.bind if curve is not None else plain_bind)(sock, endpoint)
+
+
 def _socket(ctx: zmq.Context, kind: int, options: dict[int, int]) -> zmq.Socket:
     sock = ctx.socket(kind)
     for option, value in options.items():
@@ -72,33 +87,34 @@ def _socket(ctx: zmq.Context, kind: int, options: dict[int, int]) -> zmq.Socket:
     return sock
 
 
-def pub(ctx: zmq.Context, bind: str) -> zmq.Socket:
-    """A PUB socket bound to `bind`: the actor's broadcast output."""
+def pub(ctx: zmq.Context, endpoint: str, curve: Curve | None = None) -> zmq.Socket:
+    """A PUB socket bound to `endpoint`: the actor's broadcast output."""
     sock = _socket(ctx, zmq.PUB, PUB)
-    sock.bind(bind)
+    bind(sock, endpoint, curve)
     return sock
 
 
-def sub(ctx: zmq.Context, connect: list[str], topics: list[bytes]) -> zmq.Socket:
-    """A SUB socket connected to each endpoint in `connect`, filtered on `topics`."""
+def sub(ctx: zmq.Context, endpoints: list[str], topics: list[bytes],
+        curve: Curve | None = None) -> zmq.Socket:
+    """A SUB socket connected to each of `endpoints`, filtered on `topics`."""
     sock = _socket(ctx, zmq.SUB, SUB)
     for topic in topics:
         sock.setsockopt(zmq.SUBSCRIBE, topic)
-    for endpoint in connect:
-        sock.connect(endpoint)
+    for endpoint in endpoints:
+        connect(sock, endpoint, curve)
     return sock
 
 
-def push(ctx: zmq.Context, bind: str) -> zmq.Socket:
-    """A PUSH socket bound to `bind`: work handed to exactly one downstream worker."""
+def push(ctx: zmq.Context, endpoint: str, curve: Curve | None = None) -> zmq.Socket:
+    """A PUSH socket bound to `endpoint`: work handed to exactly one downstream worker."""
     sock = _socket(ctx, zmq.PUSH, PUSH)
-    sock.bind(bind)
+    bind(sock, endpoint, curve)
     return sock
 
 
-def pull(ctx: zmq.Context, connect: list[str]) -> zmq.Socket:
+def pull(ctx: zmq.Context, endpoints: list[str], curve: Curve | None = None) -> zmq.Socket:
     """A PULL socket connected to each upstream PUSH endpoint."""
     sock = _socket(ctx, zmq.PULL, PULL)
-    for endpoint in connect:
-        sock.connect(endpoint)
+    for endpoint in endpoints:
+        connect(sock, endpoint, curve)
     return sock

@@ -90,6 +90,10 @@ class BenchTopology:
         """Endpoint a subscriber connects to (the same: one host)."""
         return self.endpoints[actor]
 
+    def curve(self, host: str | None = None) -> None:
+        """No CURVE: the bench runs on one machine, over ipc or loopback TCP."""
+        return None
+
 
 def _run_actor(actor: Actor) -> None:
     """Run `actor` under the real runtime until it sets `actor.stop`; raise what went wrong."""

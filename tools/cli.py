@@ -58,6 +58,10 @@ def cmd_up(args) -> int:
     topology = topo_mod.load(args.topology)
     host = _host(topology, args.host)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(host)
+    try:   # beyond loopback the bus is CURVE: refuse to start without this host's keys
+        curve = topology.curve(host)
+    except ValueError as exc:
+        return _die(f"up: {exc}")
     sup = Supervisor(run_dir)
     sup.write(topology, host)
     actors = topology.actors_on(host)
@@ -73,7 +77,8 @@ def cmd_up(args) -> int:
                 print(f"  {name:<10} ready after {time.monotonic() - t0:5.1f} s", flush=True)
 
     try:
-        statuses = wait_ready(sup, topology, actors, timeout_s=args.timeout, progress=progress)
+        statuses = wait_ready(sup, topology, actors, timeout_s=args.timeout, progress=progress,
+                              curve=curve)
     except SupervisorError as exc:
         print(f"voxweft up: {exc}", file=sys.stderr)
         print(f"voxweft: actors are left running for inspection; stop with `voxweft down"
@@ -84,11 +89,11 @@ def cmd_up(args) -> int:
         print(f"voxweft: {line}")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
     if args.watch:
-        return _watch_then_stop(topology, sup, run_dir)
+        return _watch_then_stop(topology, sup, run_dir, curve)
     return 0
 
 
-def _watch_then_stop(topology, sup: Supervisor, run_dir: Path) -> int:
+def _watch_then_stop(topology, sup: Supervisor, run_dir: Path, curve=None) -> int:
     """`up --watch`: watch until Ctrl-C, SIGTERM or SIGHUP, then stop what `up` started."""
     import signal
 
@@ -98,7 +103,7 @@ def _watch_then_stop(topology, sup: Supervisor, run_dir: Path) -> int:
     previous = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     code = 130   # watch returns on Ctrl-C
     try:
-        watch(topology, run_dir / "transcript.live.jsonl")
+        watch(topology, run_dir / "transcript.live.jsonl", curve=curve)
     except Terminated as exc:
         code = 128 + exc.signum
     finally:
@@ -125,7 +130,7 @@ def cmd_status(args) -> int:
     """Supervisor state and bus state per actor."""
     sup, topology = _supervisor(args)
     procs = sup.processes()
-    watcher = BusWatcher(topology, list(procs))
+    watcher = BusWatcher(topology, list(procs), topology.curve(_host(topology, args.host)))
     try:
         watcher.poll(1.2)   # heartbeats come at 2 Hz
     finally:
@@ -223,7 +228,8 @@ def cmd_watch(args) -> int:
 
     sup, topology = _supervisor(args)
     path = Path(args.transcript) if args.transcript else sup.run_dir / "transcript.live.jsonl"
-    return watch(topology, path, args.duration)
+    return watch(topology, path, args.duration,
+                 curve=topology.curve(_host(topology, args.host)))
 
 
 def cmd_demo(args) -> int:
@@ -256,7 +262,31 @@ def cmd_tap(args) -> int:
     """Print (and optionally record) every message on the bus."""
     from tools.tap import tap
 
-    return tap(_tap_topology(args), args)
+    topology = _tap_topology(args)
+    try:   # across hosts the bus is CURVE: the tap listens with a listed key
+        curve = topology.curve(None if args.key else _host(topology, args.host),
+                               Path(args.key).expanduser() if args.key else None)
+    except ValueError as exc:
+        return _die(f"tap: {exc}")
+    return tap(topology, args, curve)
+
+
+def cmd_keys(args) -> int:
+    """Make a CURVE key pair for a host or a client; print the public key for the topology."""
+    from protocol import security
+
+    name = args.host or args.client
+    directory = Path(args.dir).expanduser() if args.dir else None
+    try:
+        public_file, secret_file, key = security.create_keys(name, directory)
+    except (FileExistsError, OSError) as exc:
+        return _die(f"keys: {exc}")
+    table = f"[hosts.{name}]" if args.host else "[clients]"
+    line = "public_key = " if args.host else f"{name} = "
+    print(f"voxweft keys: secret key in {secret_file} (mode 600: keep it on this machine)")
+    print(f"voxweft keys: public key in {public_file}; put it in every host's topology:")
+    print(f"{table}\n{line}\"{key}\"")
+    return 0
 
 
 def cmd_replay(args) -> int:
@@ -426,7 +456,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", help="keep every raw message with its receive time")
     sp.add_argument("--count", type=int, help="stop after N messages")
     sp.add_argument("--duration", type=float, help="stop after S seconds")
+    sp.add_argument("--key", help="a client's secret key file (`voxweft keys --client`), "
+                                  "listed in the topology's [clients]: to tap a CURVE bus")
     sp.set_defaults(fn=cmd_tap)
+
+    sp = sub.add_parser("keys", help="make the CURVE key pair of a host (or of a client such "
+                                     "as a tap) for a bus that leaves loopback")
+    who = sp.add_mutually_exclusive_group(required=True)
+    who.add_argument("--host", help="this machine's host name in the topology")
+    who.add_argument("--client", help="a client's name (a tap, a captions page)")
+    sp.add_argument("--dir", help="where to keep them (default: $VOXWEFT_KEYS or "
+                                  "~/.config/voxweft/keys)")
+    sp.set_defaults(fn=cmd_keys)
 
     sp = sub.add_parser("replay", help="publish a --record file again")
     common(sp)

@@ -86,10 +86,10 @@ def format_line(row: dict) -> str:
     return " ".join(parts)
 
 
-def tap(topology: Topology, args) -> int:
+def tap(topology: Topology, args, curve=None) -> int:
     """Print every message on the bus until --count or --duration."""
     endpoints = [topology.pub_connect(a) for a in topology.actors]
-    bus = BusClient(endpoints, [args.topic.encode()])
+    bus = BusClient(endpoints, [args.topic.encode()], curve)
     record = open(args.record, "wb") if args.record else None   # noqa: SIM115 - closed below
     packer = msgpack.Packer(use_bin_type=True)
     seen = 0

@@ -29,10 +29,10 @@ def side_by_side(source: str, target: str, width: int) -> str:
 
 
 def watch(topology: Topology, transcript_path: Path, duration_s: float | None = None,
-          out=sys.stdout) -> int:
+          out=sys.stdout, curve=None) -> int:
     """Print each utterance as it is translated; append it to `transcript_path` (JSONL)."""
     bus = BusClient([topology.pub_connect(a) for a in ("asr", "mt")],
-                    [b"transcript.", b"translation."])
+                    [b"transcript.", b"translation."], curve)
     # Live audio dropped at capture (the pipeline fell behind), from its heartbeat.
     bus.listen([topology.pub_connect("capture")], [b"status.capture"])
     dropped_ms = None
