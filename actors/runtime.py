@@ -562,8 +562,13 @@ class Runtime:
         event = recv_monitor_message(mon)
         endpoint = event["endpoint"].decode()
         self.actor.counters["disconnects"] += 1
-        # What was queued on that connection is gone: its sender sends its outbox again.
-        self.links[self.endpoint_peer.get(endpoint, endpoint)] += 1
+        # What was queued on that connection is gone: its sender sends its outbox again ...
+        peer = self.endpoint_peer.get(endpoint, endpoint)
+        self.links[peer] += 1
+        # ... once we hear it again over the new connection. Until its next heartbeat comes
+        # we do not claim to hear it: sent while our side was still reconnecting, the outbox
+        # was lost again (a 5 s cable pull lost an utterance for good).
+        self.peers.pop(peer, None)
         log.info("%s: lost %s (peer stopped or sent an oversized frame); reconnecting",
                  self.actor.name, endpoint)
         try:
