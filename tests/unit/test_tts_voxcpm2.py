@@ -294,3 +294,15 @@ def test_only_a_tts_that_speaks_in_the_speakers_voice_hears_the_speaker(tiny):
                  if any(topic == b"voice." for _, topic in
                         actor_class(name)(topo, topo.actors[name]).subscriptions())}
         assert hears == ({"tts"} if wants else set()), engine
+
+
+def test_the_v2_import_leaves_voxcpm_findable():
+    # The engine enters voxcpm without its __init__ (torchaudio): the package must still have
+    # a spec, or importlib.util.find_spec("voxcpm") raises in that process (seen in CI).
+    if importlib.util.find_spec("voxcpm") is None:
+        pytest.skip("voxcpm is not installed")
+    from actors.engines.tts.voxcpm2 import voxcpm2_model_class
+
+    assert voxcpm2_model_class().__name__ == "VoxCPM2Model"
+    assert importlib.util.find_spec("voxcpm") is not None
+    assert engines.installed(["voxcpm"], [])

@@ -25,12 +25,12 @@ bounded by its text's length; torch uses the actor's thread budget.
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import importlib.util
 import math
 import os
 import platform
 import sys
-import types
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,10 +81,10 @@ def voxcpm2_model_class() -> type:
     root = list(spec.submodule_search_locations)
     for name, where in (("voxcpm", root), ("voxcpm.model", [os.path.join(p, "model")
                                                             for p in root])):
-        if name not in sys.modules:
-            package = types.ModuleType(name)
-            package.__path__ = where
-            sys.modules[name] = package
+        if name not in sys.modules:   # a package with a spec (find_spec works on it)
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = where
+            sys.modules[name] = importlib.util.module_from_spec(spec)
     return importlib.import_module("voxcpm.model.voxcpm2").VoxCPM2Model
 
 
