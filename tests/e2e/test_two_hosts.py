@@ -9,6 +9,7 @@ microphone's audio; the tap with a host's key hears it all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -111,16 +112,35 @@ def _up(lan, host, topology, run_dir, env) -> subprocess.Popen:
                      cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+@contextlib.contextmanager
+def _hosts_up(tmp_path, lan, topology, env):
+    """The keyed tap on the M2, then `voxweft up` on each host; both stopped at the end.
+
+    Yields {host: (its `up` process, its run dir)}; `up` returns once its actors are ready.
+    """
+    tap = lan.popen("m2", [*VOXWEFT, "tap", "--topology", str(topology), "--host", "m2",
+                           "--json", "--duration", "900"],
+                    cwd=ROOT, env=env, stdout=open(tmp_path / "tap.jsonl", "w"),  # noqa: SIM115
+                    stderr=subprocess.DEVNULL)
+    runs = {h: tmp_path / f"run-{h}" for h in ("ultra", "m2")}
+    try:
+        yield {h: (_up(lan, h, topology, run, env), run) for h, run in runs.items()}
+    finally:
+        for host, run in runs.items():
+            lan.run(host, [*VOXWEFT, "down", "--run-dir", str(run)], cwd=ROOT, env=env,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        tap.kill()
+
+
+def _ready(ups) -> None:
+    for proc, run in ups.values():
+        assert proc.wait(timeout=700) == 0, run.with_suffix(".up.log").read_text()[-3000:]
+
+
 def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
     env = {**os.environ, "VOXWEFT_KEYS": str(tmp_path / "keys")}
     topology, references, keys = _topology(tmp_path, lan)
-    runs = {h: tmp_path / f"run-{h}" for h in ("m2", "ultra")}
-    tap = lan.popen("m2", [*VOXWEFT, "tap", "--topology", str(topology), "--host", "m2",
-                           "--json", "--duration", "600"],
-                    cwd=ROOT, env=env, stdout=open(tmp_path / "tap.jsonl", "w"),  # noqa: SIM115
-                    stderr=subprocess.DEVNULL)
-    ups = {h: _up(lan, h, topology, runs[h], env) for h in ("ultra", "m2")}
-    try:
+    with _hosts_up(tmp_path, lan, topology, env) as ups:
         # Strangers on the Ultra's side: audio from capture, utterances from the segmenter.
         m2 = lan.address("m2")
         server = keys["m2"][2]
@@ -135,9 +155,7 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
             lan.popen("ultra", [sys.executable, "-c", STRANGER, *args], cwd=ROOT,
                       stdout=open(tmp_path / f"{name}.txt", "w"),  # noqa: SIM115
                       stderr=subprocess.STDOUT)
-        for host, proc in ups.items():
-            assert proc.wait(timeout=700) == 0, \
-                (runs[host].with_suffix(".up.log")).read_text()[-3000:]
+        _ready(ups)
         done = _wait_done(tmp_path, references)
         time.sleep(2)    # the tap's last messages
         rows = _rows(tmp_path / "tap.jsonl")
@@ -146,32 +164,19 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
         assert any(r["topic"].startswith("audio.capture") for r in rows)   # the tap, keyed
         for name in strangers:   # each heard nothing, and was refused and said so
             assert (tmp_path / f"{name}.txt").read_text() == "", name
-        logs = runs["m2"] / "logs"
+        logs = ups["m2"][1] / "logs"
         capture, segmenter = ((logs / f"{a}.log").read_text() for a in ("capture", "segmenter"))
         assert f"refused a peer with an unlisted key {keys['thief'][2]}" in capture
         assert f"refused a peer with an unlisted key {keys['thief'][2]}" in segmenter
         assert "capture: refused a peer on" in capture
-    finally:
-        for host in ("m2", "ultra"):
-            lan.run(host, [*VOXWEFT, "down", "--run-dir", str(runs[host])], cwd=ROOT, env=env,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-        tap.kill()
 
 
 @pytest.mark.parametrize("cut_s", [5])
 def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut_s):
     env = {**os.environ, "VOXWEFT_KEYS": str(tmp_path / "keys")}
     topology, references, _keys = _topology(tmp_path, lan, clips=6, pause_s=3.0)
-    runs = {h: tmp_path / f"run-{h}" for h in ("m2", "ultra")}
-    tap = lan.popen("m2", [*VOXWEFT, "tap", "--topology", str(topology), "--host", "m2",
-                           "--json", "--duration", "900"],
-                    cwd=ROOT, env=env, stdout=open(tmp_path / "tap.jsonl", "w"),  # noqa: SIM115
-                    stderr=subprocess.DEVNULL)
-    ups = {h: _up(lan, h, topology, runs[h], env) for h in ("ultra", "m2")}
-    try:
-        for host, proc in ups.items():
-            assert proc.wait(timeout=700) == 0, \
-                (runs[host].with_suffix(".up.log")).read_text()[-3000:]
+    with _hosts_up(tmp_path, lan, topology, env) as ups:
+        _ready(ups)
         deadline = time.monotonic() + 120
         while not any(r["topic"].startswith("translation.") and "detail" not in r
                       for r in _rows(tmp_path / "tap.jsonl")):
@@ -188,8 +193,3 @@ def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut
         assert sorted(played) == sorted(_utts(rows, "transcript"))
         assert len(set(played)) == len(played)
         # (the tap is an observer: what was published during the cut it does not hear again)
-    finally:
-        for host in ("m2", "ultra"):
-            lan.run(host, [*VOXWEFT, "down", "--run-dir", str(runs[host])], cwd=ROOT, env=env,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-        tap.kill()
