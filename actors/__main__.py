@@ -1,4 +1,8 @@
-"""Run one actor: `python -m actors --topology FILE --actor NAME` (what supervisord starts)."""
+"""Run one actor: `python -m actors --topology FILE [--host HOST] --actor NAME`.
+
+What supervisord starts, with the actor's host: the topology is then validated for that host,
+so the engines of actors placed on other hosts are not imported (nor need be installed).
+"""
 
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ def run(argv: list[str] | None = None) -> int:
     """Parse arguments, build the actor, run it until SIGTERM."""
     parser = argparse.ArgumentParser(prog="python -m actors", description=__doc__)
     parser.add_argument("--topology", required=True)
+    parser.add_argument("--host", help="the host it runs on: only that host's engines are "
+                                       "checked (default: every host's)")
     parser.add_argument("--actor", required=True, choices=ACTOR_NAMES)
     args = parser.parse_args(argv)
     setup_logging()
@@ -60,7 +66,7 @@ def run(argv: list[str] | None = None) -> int:
     from deploy.topology import TopologyError, load
 
     try:
-        topology = load(args.topology)
+        topology = load(args.topology, args.host)
         actor = actor_class(args.actor)(topology, topology.actors[args.actor])
     except (TopologyError, ValueError, StartupError) as exc:
         log.error("%s: cannot start: %s", args.actor, exc)

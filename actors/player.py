@@ -412,11 +412,17 @@ class PlayerActor(Actor):
         return self.config.sink
 
     def _voice_rate(self) -> int:
-        """The tts engine's sample rate (constructing it loads nothing); 24 kHz if unknown."""
+        """The tts engine's sample rate (constructing it loads nothing); 24 kHz if unknown.
+
+        Unknown also when tts runs on another host: its engine's packages need not be
+        installed here (set the player's `sample_rate` to keep a 48 kHz voice at 48 kHz).
+        """
         tts = self.topology.actors["tts"]
+        if tts.host != self.config.host:
+            return 24000
         try:
             return int(engines.build("tts", tts.engine, tts.engine_settings()).sample_rate)
-        except (KeyError, ValueError, TypeError, AttributeError):
+        except (KeyError, ValueError, TypeError, AttributeError, ImportError):
             return 24000
 
     def load(self) -> None:

@@ -16,6 +16,7 @@ about ZeroMQ. Threads, and why:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import resource
@@ -31,6 +32,7 @@ import psutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from actors.clock import Clocks
 from actors.custody import Outbox, Resync, Seen
 from protocol import sockets
 from protocol.codec import ProtocolError, decode, encode
@@ -55,6 +57,10 @@ EXIT_RETRY = 75             # EX_TEMPFAIL: a transient load failure; supervisord
 #: (exitcodes apply only after RUNNING), so an actor exiting 78 lives at least this long.
 START_SECS = 2
 LOAD_BACKOFF_S = (1.0, 3.0, 9.0)   # waits between load attempts in one process
+
+#: A peer whose heartbeat (2 Hz) we take and have not heard for this long is reported
+#: unreachable in ours; ZMTP's own heartbeats drop such a connection after 3 s too.
+UNREACHABLE_S = 3.0
 
 log = logging.getLogger("voxweft")
 #: A refused peer (ZAP or CURVE handshake) is logged at most this often, and counted always.
@@ -193,6 +199,14 @@ class Runtime:
         self.curve = None      # protocol.security.Curve where the bus leaves loopback (run())
         self.auth = None
         self.refused_logged = -REFUSED_LOG_S
+        # Clocks across hosts: the last heartbeat heard from each peer (its sent_ns, our
+        # receive time), what that makes of each host's clock (actors.clock), and when each
+        # peer whose heartbeat we take was last heard (Status.unreachable).
+        self.host = getattr(actor.config, "host", "")
+        self.echo: dict[str, tuple[int, int]] = {}
+        self.clocks = Clocks()
+        self.heard: dict[str, float] = {}
+        self.started = time.monotonic()
 
     # -- threads --------------------------------------------------------------------------
     def _signal_thread(self) -> None:
@@ -240,7 +254,16 @@ class Runtime:
                       counters=counters, peers=dict(self.peers), links=dict(self.links),
                       outstanding=len(self.outbox) + self.actor.held(),
                       stream=self.actor.stream, media_ms=int(self.actor.media_ms),
-                      resources=resources(), budget=dict(self.actor.budget))
+                      resources=resources(), budget=dict(self.actor.budget),
+                      echo_sent={p: e[0] for p, e in self.echo.items()},
+                      echo_recv={p: e[1] for p, e in self.echo.items()},
+                      clock_ms=self.clocks.offsets_ms(), unreachable=self.unreachable())
+
+    def unreachable(self) -> dict[str, float]:
+        """Peers whose heartbeat we take and have not heard lately: seconds silent."""
+        now = time.monotonic()
+        silent = {peer: now - self.heard.get(peer, self.started) for peer in self.heard}
+        return {peer: round(s, 1) for peer, s in silent.items() if s > UNREACHABLE_S}
 
     def _degraded_reason(self) -> str:
         now = time.monotonic()
@@ -349,6 +372,7 @@ class Runtime:
                     log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
                 continue
             self._note(msg)
+            msg = self._in_our_clock(msg)
             if isinstance(msg, Done):
                 self.outbox.release(msg.utt)
                 continue
@@ -370,6 +394,28 @@ class Runtime:
                 log.error("%s: VOXWEFT_FAULT crash_after:%d reached", self.actor.name,
                           self.fault[1])
                 os._exit(3)
+
+    def _in_our_clock(self, msg: Message) -> Message:
+        """Learn from heartbeats how far other hosts' clocks are; traces into our clock.
+
+        A heartbeat is one NTP exchange with its host (actors.clock); a trace from another
+        host is brought into our clock on arrival.
+        """
+        if msg.src in self.heard:
+            self.heard[msg.src] = time.monotonic()
+        peer = getattr(self.actor.topology, "actors", {}).get(msg.src)
+        host = getattr(peer, "host", self.host)
+        if isinstance(msg, Status):
+            self.echo[msg.src] = (msg.sent_ns, self.actor.recv_ns)
+            me = self.actor.name
+            if host != self.host and me in msg.echo_sent and me in msg.echo_recv:
+                self.clocks.exchange(host, msg.echo_sent[me], msg.echo_recv[me], msg.sent_ns,
+                                     self.actor.recv_ns)
+            return msg
+        trace = getattr(msg, "trace", None)
+        if host == self.host or not trace:
+            return msg
+        return dataclasses.replace(msg, trace=self.clocks.to_local(host, trace))
 
     def _call(self, fn, *args) -> None:
         self.busy_since = time.monotonic()
@@ -426,6 +472,8 @@ class Runtime:
             # the player, or from the next stage when it drops an utterance it already has
             by_peer[actor.downstream] |= {b"status.", b"done."}
             by_peer["player"].add(b"done.")
+        # Whose heartbeat we take is whom we report unreachable when it falls silent.
+        self.heard = {p: self.started for p, topics in by_peer.items() if b"status." in topics}
         if by_peer:
             sub = sockets.sub(self.ctx, [], sorted({t for ts in by_peer.values() for t in ts}))
             for peer in by_peer:

@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
-    topology = load(args.topology)
+    topology = load(args.topology, args.host)   # other hosts' engines are not imported
     sup = Supervisor(Path(args.topology).resolve().parent)
     try:
         listener = Listener(topology, args.host, sup)

@@ -100,7 +100,9 @@ def render(topology: Topology, host: str, run_dir: Path) -> str:
         env_line = ",".join(f'{k}="{v}"' for k, v in env.items())
         lines += [
             f"[program:{name}]",
-            f"command={python} -m actors --topology %(here)s/topology.toml --actor {name}",
+            # --host: the actor validates only this host's engines (imports no other's).
+            f"command={python} -m actors --topology %(here)s/topology.toml --host {host} "
+            f"--actor {name}",
             f"directory={project_root}",
             "autostart=true",
             # Restart after a crash (kill -9, segfault); not after a clean stop or a config

@@ -1,6 +1,8 @@
 """The topology: one TOML file naming hosts, actors, engines, languages and endpoints.
 
-Validated at load; every error names the file, the key and what is allowed.
+Validated at load; every error names the file, the key and what is allowed. Loaded for one
+host (`load(path, host)`), only that host's engines are constructed: the others' are checked
+by name, so a host installs and imports only the engines it runs.
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ class Topology:
     raw: dict
     max_lag_s: float = DEFAULT_MAX_LAG_S
     clients: dict[str, str] = field(default_factory=dict)   # name -> public key
+    #: The host it was validated for: only its actors' engines were constructed (None: all).
+    for_host: str | None = None
 
     def curve(self, host: str | None = None, key_file: Path | None = None
               ) -> security.Curve | None:
@@ -207,7 +211,7 @@ class Topology:
         """A new validated topology with `overrides` merged into the raw tables."""
         raw = copy.deepcopy(self.raw)
         _merge(raw, overrides)
-        return parse(raw, self.source)
+        return parse(raw, self.source, self.for_host)
 
 
 def _merge(base: dict, extra: dict) -> None:
@@ -247,26 +251,48 @@ def _actor_config(name: str, table: dict, src_lang: str, tgt_lang: str, where: s
     return config
 
 
-def check_engine(name: str, config: EngineConfig, where: str):
-    """Construct (not load) the actor's engine: validates its name and settings."""
+def _known(stage: str, engine: str, where: str) -> None:
+    """Refuse an engine the registry does not name (its string table: nothing is imported)."""
+    from actors import engines
+
+    if engine not in engines.ENGINES[stage]:
+        raise TopologyError(f"{where} = {engine!r} is not one of: "
+                            f"{', '.join(engines.names(stage))}")
+
+
+def _built(stage: str, engine: str, settings: dict, where: str, key: str):
+    """Construct (not load) an engine of this host; `key` names its settings table."""
     from actors import engines
 
     try:
-        engine = engines.build(name, config.engine, config.engine_settings())
-    except KeyError:
-        raise TopologyError(f"{where}.engine = {config.engine!r} is not one of: "
-                            f"{', '.join(engines.names(name))}") from None
+        return engines.build(stage, engine, settings)
+    except ImportError as exc:   # ModuleNotFoundError too: a package missing on this machine
+        raise TopologyError(f"{where}: engine {engine!r} cannot be imported on this machine "
+                            f"({exc}); install its packages here, or if the actor runs on "
+                            "another host, pass --host NAME (this machine's) so only this "
+                            "host's engines are checked") from None
     except (ValueError, TypeError) as exc:
-        raise TopologyError(f"{where}.settings: {exc}") from None
+        raise TopologyError(f"{where}.{key}: {exc}") from None
+
+
+def check_engine(name: str, config: EngineConfig, where: str, here: bool = True):
+    """Validate the actor's engine names; if it runs `here`, construct (not load) them too.
+
+    Construction imports the engine's module and checks its settings and languages; an actor
+    placed on another host is checked by name only, so this host needs none of its packages.
+    Returns the engine constructed (None when not `here`).
+    """
+    from actors import engines
+
     backlog = getattr(config, "backlog_engine", "")
+    _known(name, config.engine, f"{where}.engine")
     if backlog:
-        try:
-            engines.build(name, backlog, config.backlog_settings)
-        except KeyError:
-            raise TopologyError(f"{where}.backlog_engine = {backlog!r} is not one of: "
-                                f"{', '.join(engines.names(name))}") from None
-        except (ValueError, TypeError) as exc:
-            raise TopologyError(f"{where}.backlog_settings: {exc}") from None
+        _known(name, backlog, f"{where}.backlog_engine")
+    if not here:
+        return None
+    engine = _built(name, config.engine, config.engine_settings(), where, "settings")
+    if backlog:
+        _built(name, backlog, config.backlog_settings, where, "backlog_settings")
     if name == "mt":
         ok, wanted, offered = ((config.src_lang, config.tgt_lang) in engine.pairs(),
                                f"{config.src_lang}->{config.tgt_lang}",
@@ -287,8 +313,12 @@ def check_engine(name: str, config: EngineConfig, where: str):
     return engine
 
 
-def parse(raw: dict, source: str = "<topology>") -> Topology:
-    """Validate a topology already read from TOML."""
+def parse(raw: dict, source: str = "<topology>", host: str | None = None) -> Topology:
+    """Validate a topology already read from TOML, for `host` (None: for every host).
+
+    Engines of actors placed on other hosts than `host` are checked by name only (see
+    check_engine): this is the one place that decides which engines a process imports.
+    """
     _unknown(source, raw, TOP_KEYS)
     try:
         pipeline = PipelineTable.check(_table(f"{source}: pipeline", raw.get("pipeline", {})))
@@ -298,13 +328,15 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
     hosts = {}
     for name, table in _table(f"{source}: hosts", raw.get("hosts", {})).items():
         try:
-            host = HostTable.check(_table(f"{source}: hosts.{name}", table))
+            entry = HostTable.check(_table(f"{source}: hosts.{name}", table))
         except ValueError as exc:
             raise _located(f"{source}: hosts.{name}", exc) from None
-        hosts[name] = Host(name, host.address, host.bind or host.address, host.events_port,
-                           host.public_key, host.secret_key, tuple(host.allow))
+        hosts[name] = Host(name, entry.address, entry.bind or entry.address, entry.events_port,
+                           entry.public_key, entry.secret_key, tuple(entry.allow))
     if not hosts:
         raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
+    if host is not None and host not in hosts:
+        raise TopologyError(f"{source}: --host {host!r} is not one of: {', '.join(hosts)}")
     tables = _table(f"{source}: actors", raw.get("actors", {}))
     _unknown(f"{source}: actors", tables, ACTOR_NAMES)
     actors = {}
@@ -317,16 +349,16 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
             raise TopologyError(f"{where}.host = {actors[name].host!r} is not one of: "
                                 f"{', '.join(hosts)}")
         if isinstance(actors[name], EngineConfig):
-            check_engine(name, actors[name], where)
+            check_engine(name, actors[name], where, host in (None, actors[name].host))
     ports: dict[tuple[str, int], str] = {}
-    for name, host in hosts.items():
+    for name, entry in hosts.items():
         if not any(config.host == name for config in actors.values()):
             continue   # runs no actor, so no event listener either
-        if (host.address, host.events_port) in ports:
-            raise TopologyError(f"{source}: hosts.{name}.events_port = {host.events_port} is "
-                                f"already used by {ports[(host.address, host.events_port)]} "
+        if (entry.address, entry.events_port) in ports:
+            raise TopologyError(f"{source}: hosts.{name}.events_port = {entry.events_port} is "
+                                f"already used by {ports[(entry.address, entry.events_port)]} "
                                 "at the same address; give each host its own")
-        ports[(host.address, host.events_port)] = f"hosts.{name}.events_port"
+        ports[(entry.address, entry.events_port)] = f"hosts.{name}.events_port"
     for name, config in actors.items():
         used = [("port", config.port)]
         if name == "segmenter":
@@ -344,11 +376,14 @@ def parse(raw: dict, source: str = "<topology>") -> Topology:
                                 f"(40 Z85 characters: `voxweft keys --client {name}` prints "
                                 "it)")
     return Topology(source, src_lang, tgt_lang, hosts, actors, raw, float(max_lag_s),
-                    dict(clients))
+                    dict(clients), host)
 
 
-def load(path: str | os.PathLike | None = None) -> Topology:
-    """Read and validate a topology file (the default one when `path` is None)."""
+def load(path: str | os.PathLike | None = None, host: str | None = None) -> Topology:
+    """Read and validate a topology file (the default one when `path` is None) for `host`.
+
+    A process that knows its host passes it: the engines of other hosts are not imported.
+    """
     path = Path(path) if path else DEFAULT_TOPOLOGY
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -356,4 +391,4 @@ def load(path: str | os.PathLike | None = None) -> Topology:
         raise TopologyError(f"topology file {path} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TopologyError(f"{path}: not valid TOML ({exc})") from None
-    return parse(raw, str(path))
+    return parse(raw, str(path), host)

@@ -261,6 +261,15 @@ class Status(Message):
     #: seconds and `rtf` wall seconds per second of speech (the source's for asr and mt, its
     #: own for tts), `first_s` (tts: its first chunk), `cores` this host has.
     budget: dict[str, float] = field(default_factory=dict)
+    #: Clocks across hosts (actors.clock): for each sender whose heartbeat we hear, when it
+    #: sent its last one (its clock) and when that arrived (ours) ...
+    echo_sent: dict[str, int] = field(default_factory=dict)
+    echo_recv: dict[str, int] = field(default_factory=dict)
+    #: ... and what we make of them: each other host's clock minus ours, in ms.
+    clock_ms: dict[str, float] = field(default_factory=dict)
+    #: Peers whose heartbeat we take but have not heard for UNREACHABLE_S: seconds silent
+    #: (a cut link, a host or actor down).
+    unreachable: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import json
 import os
 import re
 import shutil
@@ -251,6 +252,12 @@ class TwoHosts:
         """Whether ``host``'s ``eth0`` has carrier (its cable is plugged in)."""
         done = _ip("-n", self._ns[host], "-o", "link", "show", DEVICE)
         return "LOWER_UP" in done.stdout.split(">", 1)[0]
+
+    def link_bytes(self, host: str) -> tuple[int, int]:
+        """(received, sent) bytes on ``host``'s ``eth0`` so far: all it exchanged on the LAN."""
+        done = _ip("-n", self._ns[host], "-j", "-s", "link", "show", DEVICE)
+        stats = json.loads(done.stdout)[0]["stats64"]
+        return stats["rx"]["bytes"], stats["tx"]["bytes"]
 
     def _which(self, host: str | None) -> tuple[str, ...]:
         """The hosts that ``host`` names: itself, or both when None."""

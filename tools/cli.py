@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from actors import budget
+from actors.clock import offsets as clock_offsets
 from deploy import topology as topo_mod
 from deploy.events import DOWN, describe, supervision
 from deploy.supervisor import (
@@ -41,21 +42,25 @@ def _host(topology, requested: str | None) -> str:
 
 
 def _supervisor(args) -> tuple[Supervisor, object]:
-    """The running instance for these arguments and its frozen topology."""
+    """The running instance for these arguments and its frozen topology.
+
+    Both are loaded for this host when it is known: other hosts' engines are not imported.
+    """
     run_dir = Path(args.run_dir) if args.run_dir else None
+    host = args.host
     if run_dir is None:
-        topology = topo_mod.load(args.topology)
-        run_dir = default_run_dir(_host(topology, args.host))
+        host = _host(topo_mod.load(args.topology, host), host)
+        run_dir = default_run_dir(host)
     sup = Supervisor(run_dir)
     if not sup.running():
         raise SupervisorError(f"voxweft is not running (no supervisord on {sup.socket}); "
                               "start it with `voxweft up`")
-    return sup, topo_mod.load(run_dir / "topology.toml")
+    return sup, topo_mod.load(run_dir / "topology.toml", host)
 
 
 def cmd_up(args) -> int:
     """Start this host's actors under supervisord; return once all are ready."""
-    topology = topo_mod.load(args.topology)
+    topology = topo_mod.load(args.topology, args.host)   # only this host's engines imported
     host = _host(topology, args.host)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(host)
     try:   # beyond loopback the bus is CURVE: refuse to start without this host's keys
@@ -151,9 +156,16 @@ def cmd_status(args) -> int:
             detail = f"{st.counters['lag_skip']} translation(s) not spoken (too late) " + detail
         if st and st.busy_s > 1:
             detail = f"busy {st.busy_s:.1f} s " + detail
+        if st and st.unreachable:   # a cut link, a host or an actor down: whom, how long
+            detail = "cannot hear " + ", ".join(
+                f"{p} ({topology.actors[p].host if p in topology.actors else '?'}) for "
+                f"{s:.0f} s" for p, s in sorted(st.unreachable.items())) + "; " + detail
         print(f"{name:<10} {info['statename']:<9} {info['pid']:>7} {uptime:>8}  {bus:<9} "
               f"{(st.engine if st else ''):<15} {detail}")
     here = next((topology.actors[a].host for a in procs), "")
+    for host, ms in sorted(clock_offsets(watcher.latest.values()).items()):
+        print(f"clock of host {host}: {abs(ms) / 1000:.3f} s "
+              f"{'ahead of' if ms > 0 else 'behind'} this host's (corrected in traces)")
     for line in budget.judge(topology, watcher.latest, here)[1]:
         print(line)
     return 0
@@ -297,14 +309,15 @@ def cmd_replay(args) -> int:
 
 
 def _tap_topology(args):
+    """The topology to tap, loaded for --host when given (its engines alone are imported)."""
     run_dir = Path(args.run_dir) if args.run_dir else None
     if run_dir is None and not args.topology:
-        topology = topo_mod.load(None)
+        topology = topo_mod.load(None, args.host)
         hosts = {config.host for config in topology.actors.values()}
         run_dir = default_run_dir(_host(topology, args.host)) if len(hosts) == 1 else None
     if run_dir is not None and (run_dir / "topology.toml").exists():
-        return topo_mod.load(run_dir / "topology.toml")
-    return topo_mod.load(args.topology)
+        return topo_mod.load(run_dir / "topology.toml", args.host)
+    return topo_mod.load(args.topology, args.host)
 
 
 def cmd_languages(args) -> int:
