@@ -58,8 +58,18 @@ def default_run_dir(host: str) -> Path:
     return Path(base) / f"voxweft-{os.getuid()}-{host}"
 
 
-def render(topology: Topology, host: str, run_dir: Path) -> str:
-    """The supervisord config text for the actors placed on `host`."""
+@dataclass(frozen=True)
+class CaptionsProgram:
+    """`voxweft up --captions`: the captions page, supervised beside the actors."""
+
+    bind: str
+    port: int
+    token: str = ""    # required in the page's URL (bound beyond loopback)
+
+
+def render(topology: Topology, host: str, run_dir: Path,
+           captions: CaptionsProgram | None = None) -> str:
+    """The supervisord config text for the actors placed on `host` (and the captions page)."""
     actors = topology.actors_on(host)
     python = shlex.quote(sys.executable)
     lines = [
@@ -137,6 +147,20 @@ def render(topology: Topology, host: str, run_dir: Path) -> str:
         f'environment=PYTHONPATH="{project_root}",PYTHONUNBUFFERED="1"',
         "",
     ]
+    if captions is not None:   # no actor either: restarted whatever its exit, not in the group
+        token = f',VOXWEFT_CAPTIONS_TOKEN="{captions.token}"' if captions.token else ""
+        lines += [
+            "[program:captions]",
+            f"command={python} -m tools.cli captions --topology %(here)s/topology.toml "
+            f"--host {host} --bind {shlex.quote(captions.bind)} --port {captions.port}",
+            f"directory={project_root}",
+            "autorestart=true",
+            "stopsignal=TERM",
+            "redirect_stderr=true",
+            "stdout_logfile=%(here)s/logs/captions.log",
+            f'environment=PYTHONPATH="{project_root}",PYTHONUNBUFFERED="1"{token}',
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -177,7 +201,8 @@ class Supervisor:
         except (OSError, xmlrpc.client.Fault, xmlrpc.client.ProtocolError):
             return False
 
-    def write(self, topology: Topology, host: str) -> None:
+    def write(self, topology: Topology, host: str,
+              captions: CaptionsProgram | None = None) -> None:
         """Freeze the topology and render the config into the run directory."""
         if len(str(self.socket)) > 100:
             raise SupervisorError(f"run directory {self.run_dir} is too long for a unix socket "
@@ -185,7 +210,8 @@ class Supervisor:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         os.chmod(self.run_dir, 0o700)
         (self.run_dir / "topology.toml").write_text(topology.dumps())
-        self.conf.write_text(render(topology, host, self.run_dir))
+        self.conf.write_text(render(topology, host, self.run_dir, captions))
+        os.chmod(self.conf, 0o600)   # it may hold the captions page's access token
 
     def start(self) -> None:
         """Start supervisord (it daemonizes) and wait for its socket."""

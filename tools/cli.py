@@ -15,6 +15,7 @@ from deploy.events import DOWN, describe, supervision
 from deploy.supervisor import (
     GROUP,
     BusWatcher,
+    CaptionsProgram,
     Supervisor,
     SupervisorError,
     default_run_dir,
@@ -67,8 +68,9 @@ def cmd_up(args) -> int:
         curve = topology.curve(host)
     except ValueError as exc:
         return _die(f"up: {exc}")
+    captions = _captions_program(args)
     sup = Supervisor(run_dir)
-    sup.write(topology, host)
+    sup.write(topology, host, captions)
     actors = topology.actors_on(host)
     t0 = time.monotonic()
     sup.start()
@@ -93,9 +95,39 @@ def cmd_up(args) -> int:
     for line in budget.judge(topology, statuses, host)[1]:
         print(f"voxweft: {line}")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
+    if captions is not None:
+        from tools.captions import url
+
+        print(f"captions: {url(captions.bind, captions.port, captions.token or None)}")
     if args.watch:
         return _watch_then_stop(topology, sup, run_dir, curve)
     return 0
+
+
+def _captions_program(args):
+    """`up --captions`: the page's program for supervisord, with a token beyond loopback."""
+    if not args.captions:
+        return None
+    import secrets
+
+    from tools.captions import is_loopback
+
+    token = "" if is_loopback(args.captions_bind) else secrets.token_urlsafe(16)
+    return CaptionsProgram(args.captions_bind, args.captions_port, token)
+
+
+def cmd_captions(args) -> int:
+    """Serve the captions page for the room from the bus."""
+    from tools.captions.server import serve
+
+    topology = _tap_topology(args)
+    try:   # across hosts the bus is CURVE: listen with this host's key or a client's
+        curve = topology.curve(None if args.key else _host(topology, args.host),
+                               Path(args.key).expanduser() if args.key else None)
+    except ValueError as exc:
+        return _die(f"captions: {exc}")
+    token = args.token or os.environ.get("VOXWEFT_CAPTIONS_TOKEN") or None
+    return serve(topology, args.host, args.bind, args.port, token, curve)
 
 
 def _watch_then_stop(topology, sup: Supervisor, run_dir: Path, curve=None) -> int:
@@ -195,7 +227,8 @@ def cmd_interpret(args) -> int:
 
     base = topo_mod.load(args.topology)
     return interpret(base, Path(args.input), Path(args.out), args.src, args.tgt, args.fast,
-                     timeout_s=args.timeout, live=args.live)
+                     timeout_s=args.timeout, live=args.live,
+                     captions=_captions_program(args))
 
 
 def cmd_bench(args) -> int:
@@ -376,6 +409,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 "interpreter: six supervised actors on a ZeroMQ bus.")
     sub = p.add_subparsers(dest="command", required=True)
 
+    def captions_address(sp, bind, port):
+        from tools.captions import DEFAULT_PORT
+
+        sp.add_argument(bind, default="127.0.0.1",
+                        help="address the captions page listens on (default 127.0.0.1; a "
+                             "LAN address for phones in the room: the URL then has a token)")
+        sp.add_argument(port, type=int, default=DEFAULT_PORT,
+                        help=f"its port (default {DEFAULT_PORT})")
+
     def common(sp, run=True):
         sp.add_argument("--topology", help="topology TOML (default: deploy/default.toml)")
         sp.add_argument("--host", help="which host of the topology this machine is")
@@ -388,7 +430,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--watch", action="store_true",
                     help="then show each utterance and its translation; Ctrl-C, SIGTERM or "
                          "SIGHUP stops the pipeline")
+    sp.add_argument("--captions", action="store_true",
+                    help="also serve the captions page (supervised beside the actors)")
+    captions_address(sp, "--captions-bind", "--captions-port")
     sp.set_defaults(fn=cmd_up)
+
+    sp = sub.add_parser("captions", help="serve the live captions page for the room")
+    common(sp)
+    captions_address(sp, "--bind", "--port")
+    sp.add_argument("--token", help="access token for the page's URL (default beyond "
+                                    "loopback: a new random one)")
+    sp.add_argument("--key", help="a client's secret key file (`voxweft keys --client`), "
+                                  "to listen to a CURVE bus from a machine that is no host")
+    sp.set_defaults(fn=cmd_captions)
     for name, fn, text in (("down", cmd_down, "stop everything"),
                            ("status", cmd_status, "supervisor and bus state per actor")):
         sp = sub.add_parser(name, help=text)
@@ -415,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as from a microphone: translations later than the topology's "
                          "max_lag_s are not spoken (default: every utterance is spoken)")
     sp.add_argument("--timeout", type=float, default=3600)
+    sp.add_argument("--captions", action="store_true",
+                    help="serve the captions page while it interprets")
+    captions_address(sp, "--captions-bind", "--captions-port")
     sp.set_defaults(fn=cmd_interpret)
 
     sp = sub.add_parser("bench", help="measure latency, quality, bus and resources on a corpus")

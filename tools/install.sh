@@ -20,11 +20,13 @@ case "$(uname -s)" in
     # apertium-*: rule-based MT en<->es, en<->ca, fr<->es; libopenblas0-pthread: preloaded
     # into an mlx-whisper asr (MLX's CPU build has only a reference BLAS: ~5x slower);
     # iproute2: the network namespaces the two-host tests run in; faketime: one of those
-    # hosts' clock shifted (libfaketime), for the clock-offset test.
+    # hosts' clock shifted (libfaketime), for the clock-offset test; chromium and
+    # chromium-driver: the captions page is tested in a real (headless) browser.
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
       python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 libopenblas0-pthread \
       pulseaudio pulseaudio-utils libasound2-plugins iproute2 faketime \
+      chromium chromium-driver \
       apertium apertium-eng-spa apertium-eng-cat apertium-fr-es >/dev/null
     PYTHON=${PYTHON:-python3}
     ;;

@@ -14,7 +14,13 @@ from pathlib import Path
 
 from actors import budget
 from deploy.events import Board, exit_words
-from deploy.supervisor import Supervisor, SupervisorError, down_for_good, wait_ready
+from deploy.supervisor import (
+    CaptionsProgram,
+    Supervisor,
+    SupervisorError,
+    down_for_good,
+    wait_ready,
+)
 from deploy.topology import Topology, parse
 from protocol.client import BusClient
 from protocol.messages import (
@@ -27,9 +33,10 @@ from protocol.messages import (
     VadEvent,
     trace_ns,
 )
+from tools.captions import url
 from tools.languages import fit_engines
 from tools.latency import summarize, utterance_latency
-from tools.subtitles import write_subtitles
+from tools.subtitles import NOT_SPOKEN, write_subtitles
 
 WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos.", b"done.",
            b"status."]
@@ -37,8 +44,6 @@ WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos.", b"do
 HOLDERS = ("segmenter", "asr", "mt", "tts", "player")
 #: A heartbeat this long after the end of stream was built after it (heartbeats are 2 Hz).
 AFTER_EOS_NS = 700_000_000
-#: Marks a subtitle whose translation was not spoken (the listener was too far behind).
-NOT_SPOKEN = "[not spoken] "
 #: No utterance moved for this long while some are held: the wait ends with an error.
 STALL_S = 300.0
 
@@ -251,19 +256,24 @@ def raise_terminated(signum, _frame) -> None:
 
 
 def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: Path,
-                   timeout_s: float | None, what: str) -> tuple[int, str]:
+                   timeout_s: float | None, what: str,
+                   captions: CaptionsProgram | None = None) -> tuple[int, str]:
     """Run the topology's actors under a private supervisord until `collector` is done.
 
     Every message on `topics` goes to `collector.add` until `collector.finished()`; then the
     actors stop and their logs are copied to `out_dir/logs`.
-    Returns (exit code, reason): 0 when the collector finished.
+    Returns (exit code, reason): 0 when the collector finished. `captions`: the captions
+    page is served meanwhile (supervised beside the actors).
     """
     # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
     original = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)
-    sup.write(topology, "_interpret")
+    sup.write(topology, "_interpret", captions)
+    if captions is not None:
+        print(f"voxweft: captions: {url(captions.bind, captions.port, captions.token or None)}",
+              flush=True)
     # Subscribe before anything starts: the file source waits for every actor to be ready,
     # by which time these subscriptions have long been live.
     bus = BusClient([topology.pub_connect(a) for a in topology.actors], topics)
@@ -330,7 +340,8 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
 
 
 def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,
-              fast: bool, timeout_s: float | None = None, live: bool = False) -> int:
+              fast: bool, timeout_s: float | None = None, live: bool = False,
+              captions: CaptionsProgram | None = None) -> int:
     """Run the pipeline on one file; return the exit code.
 
     `live`: as if the file were a microphone, the topology's bound on the lag applies
@@ -361,7 +372,7 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
     mode = ", fast" if fast else f", live: max_lag_s {topology.max_lag_s:g}" if live else ""
     code, reason = run_supervised(
         topology, collected, WATCHED, out_dir, timeout_s,
-        f"interpreting {input_path.name} ({src} -> {tgt}{mode})")
+        f"interpreting {input_path.name} ({src} -> {tgt}{mode})", captions)
     report = collected.write(out_dir, fast, src, tgt, partial=reason if code else "")
     if code:
         print(f"voxweft interpret: {'stopped' if code >= 128 else 'failed'}: {reason}; "

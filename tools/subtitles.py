@@ -32,15 +32,25 @@ def cues(utterances: list[dict]) -> list[tuple[float, float, str]]:
     return out
 
 
-def write_subtitles(out_dir: Path, lang: str, utterances: list[dict]) -> list[Path]:
-    """Write `subtitles.<lang>.srt` and `.vtt`; return their paths."""
+#: What a translation that was not spoken (too late: actors.lag) is marked with.
+NOT_SPOKEN = "[not spoken] "
+FORMATS = ("srt", "vtt")
+
+
+def render(utterances: list[dict], fmt: str) -> str:
+    """SRT or WebVTT text of `utterances` (text, media_start_s, media_end_s)."""
     subs = pysubs2.SSAFile()
     for start, end, text in cues(utterances):
         subs.append(pysubs2.SSAEvent(start=round(start * 1000), end=round(end * 1000),
                                      text=text.replace("\n", r"\N")))
+    return subs.to_string(fmt)
+
+
+def write_subtitles(out_dir: Path, lang: str, utterances: list[dict]) -> list[Path]:
+    """Write `subtitles.<lang>.srt` and `.vtt`; return their paths."""
     paths = []
-    for fmt in ("srt", "vtt"):
+    for fmt in FORMATS:
         path = out_dir / f"subtitles.{lang}.{fmt}"
-        path.write_text(subs.to_string(fmt), encoding="utf-8")
+        path.write_text(render(utterances, fmt), encoding="utf-8")
         paths.append(path)
     return paths

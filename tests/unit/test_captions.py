@@ -1,0 +1,203 @@
+"""The captions page's state (tools.captions.room) and its server (aiohttp, real sockets).
+
+The page itself, in a real browser over a real pipeline: tests/e2e/test_captions.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from deploy.topology import load
+from protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
+from tools.captions import is_loopback, url
+from tools.captions.room import KEEP, SILENT_S, Room
+from tools.captions.server import QUEUE, Captions
+from tools.subtitles import NOT_SPOKEN
+
+S = 10**9
+ACTORS = {"capture": "m2", "segmenter": "m2", "asr": "m2", "mt": "ultra", "tts": "ultra",
+          "player": "m2"}
+
+
+def room() -> Room:
+    return Room(ACTORS, "en", "pt")
+
+
+def trace(t0: int) -> tuple:
+    """A playback trace: 0.4 s endpointing, 0.7 s asr, 0.2 s mt, 0.9 s tts, 0.1 s play."""
+    points = [("speech_end", 0), ("segment", 0.4), ("asr.ready", 0.4), ("asr.recv", 0.4),
+              ("asr.start", 0.4), ("asr.end", 1.1), ("mt.ready", 1.1), ("mt.recv", 1.1),
+              ("mt.start", 1.1), ("mt.end", 1.3), ("tts.ready", 1.3), ("tts.recv", 1.3),
+              ("tts.start", 1.3), ("tts.first", 2.2), ("play.ready", 2.2),
+              ("play.recv", 2.2), ("play.start", 2.3)]
+    return tuple((name, t0 + int(s * S), None) for name, s in points)
+
+
+def test_an_utterance_grows_then_is_final_translated_and_timed():
+    r = room()
+    (kind, u), = r.apply(Transcript(utt="u1", text="The book", final=False))
+    assert kind == "utterance" and u["source"] == "The book" and not u["source_final"]
+    assert r.apply(Transcript(utt="u1", text="The book", final=False)) == []   # no change
+    (_, u), = r.apply(Transcript(utt="u1", text="The book is here.", media_start_s=1.0,
+                                 media_end_s=2.5))
+    assert u["source"] == "The book is here." and u["source_final"] and u["order"] == 1
+    assert r.apply(Transcript(utt="u1", text="The book", final=False)) == []   # final stays
+    (_, u), = r.apply(Translation(utt="u1", text="O livro está aqui.", media_start_s=1.0,
+                                  media_end_s=2.5))
+    assert u["target"] == "O livro está aqui." and u["target_final"]
+    (_, u), stats = r.apply(PlaybackEvent(utt="u1", event="started", trace=trace(100 * S)))
+    assert u["spoken"] and u["latency_s"] == 2.3
+    assert u["stages"] == {"endpointing": 0.4, "asr": 0.7, "mt": 0.2, "tts": 0.9, "play": 0.1}
+    assert stats == ("stats", {"lag_s": 2.3, "utterances": 1})
+    (_, u2), = r.apply(Transcript(utt="u2", text="Next.", media_start_s=4.0, media_end_s=5.0))
+    assert u2["order"] == 2
+    kinds = [k for k, _ in r.snapshot()]
+    assert kinds == ["hello"] + ["actor"] * 6 + ["utterance"] * 2 + ["stats"]
+
+
+def test_a_translation_not_spoken_is_said_so_on_the_page_and_in_the_subtitles():
+    r = room()
+    r.apply(Transcript(utt="u1", text="First.", media_start_s=0.5, media_end_s=1.5))
+    r.apply(Translation(utt="u1", text="Primeiro.", media_start_s=0.5, media_end_s=1.5))
+    r.apply(Transcript(utt="u2", text="Second.", media_start_s=3.0, media_end_s=4.0))
+    r.apply(Translation(utt="u2", text="Segundo.", media_start_s=3.0, media_end_s=4.0))
+    (_, u), _ = r.apply(PlaybackEvent(utt="u2", event="skipped",
+                                      reason="9.1 s behind the speaker, over max_lag_s 8 s"))
+    assert u["not_spoken"].startswith("9.1 s behind")
+    vtt = r.subtitles("target", "vtt")
+    assert "Primeiro." in vtt and f"{NOT_SPOKEN}Segundo." in vtt
+    assert vtt.index("Primeiro.") < vtt.index("Segundo.")
+    srt = r.subtitles("source", "srt")
+    assert "00:00:00,500 --> 00:00:01,500\nFirst." in srt and "Second." in srt
+
+
+def test_only_the_last_utterances_are_kept():
+    r = room()
+    for i in range(KEEP + 5):
+        r.apply(Transcript(utt=f"u{i}", text=f"t{i}"))
+    assert len(r.utts) == KEEP and next(iter(r.utts)) == "u5"
+
+
+def test_actor_states_restarts_queue_silence_and_supervision():
+    r = room()
+    assert r.actors["mt"]["state"] == "down"   # not heard yet
+    (_, a), = r.apply(Status(src="mt", epoch=1, state="loading"), now=10.0)
+    assert a["state"] == "loading" and a["host"] == "ultra" and a["restarts"] == 0
+    (_, a), = r.apply(Status(src="mt", epoch=1, state="ready", outstanding=2,
+                             counters={"backlog": 1}), now=10.5)
+    assert a["state"] == "ready" and a["queue"] == 3
+    assert r.apply(Status(src="mt", epoch=1, state="ready", outstanding=2,
+                          counters={"backlog": 1}), now=11.0) == []   # unchanged: nothing sent
+    assert r.tick(now=11.0 + SILENT_S - 0.1) == []
+    (_, a), = r.tick(now=11.0 + SILENT_S + 0.1)   # killed: no heartbeat
+    assert a["state"] == "down" and "no heartbeat" in a["detail"]
+    (_, a), = r.apply(Status(src="mt", epoch=2, state="loading"), now=20.0)
+    assert a["state"] == "loading" and a["restarts"] == 1
+    (_, a), = r.apply(Supervision(actor="mt", state="BACKOFF", exit_status=-1,
+                                  expected=False, reason="boom"))
+    assert a["state"] == "down" and a["detail"]
+    (_, a), = r.apply(Status(src="asr", epoch=5, state="ready", unreachable={"mt": 4.0}))
+    assert a["detail"] == "cannot hear mt"
+    assert r.apply(Status(src="stranger", epoch=1)) == []
+
+
+def test_urls_and_loopback():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.20")
+    assert url("192.168.1.20", 8750, "abc") == "http://192.168.1.20:8750/?token=abc"
+    assert url("::1", 8750, None) == "http://[::1]:8750/"
+
+
+@pytest.fixture(scope="module")
+def topology():
+    return load()
+
+
+async def _serve(captions: Captions, check):
+    server = TestServer(captions.app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            await check(server, session)
+    finally:
+        await server.close()
+
+
+def test_the_server_asks_for_the_token_and_streams_the_state(topology):
+    captions = Captions(topology, None, token="s3cret")
+    captions.room.apply(Transcript(utt="u1", text="Hello there."))
+
+    async def check(server, session):
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/", "/events", "/subtitles.en.vtt"):
+            async with session.get(base + path) as resp:
+                assert resp.status == 403, path
+                assert "?token=" in await resp.text()
+        async with session.get(base + "/?token=s3cret") as resp:
+            assert resp.status == 200 and "<html" in (await resp.text()).lower()
+        async with session.get(base + "/static/page.js") as resp:
+            assert resp.status == 200
+        async with session.post(base + "/?token=s3cret") as resp:
+            assert resp.status == 405   # read-only
+        async with session.get(base + "/subtitles.xx.vtt?token=s3cret") as resp:
+            assert resp.status == 404
+        async with session.get(base + "/events?token=s3cret") as resp:
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            events = []
+            while len(events) < 9:
+                line = (await resp.content.readline()).decode()
+                if line.startswith("event: "):
+                    events.append(line[7:].strip())
+                elif line.startswith("data: ") and events[-1] == "utterance":
+                    assert json.loads(line[6:])["source"] == "Hello there."
+            assert events[0] == "hello" and events[7] == "utterance"
+            # A change reaches a connected browser.
+            captions._publish(captions.room.apply(Translation(utt="u1", text="Olá.")))
+            while (await resp.content.readline()) != b"event: utterance\n":
+                pass
+            line = (await resp.content.readline()).decode()
+            assert json.loads(line[6:])["target"] == "Olá."
+
+    asyncio.run(_serve(captions, check))
+
+
+def test_a_browser_that_does_not_keep_up_is_dropped_not_waited_for(topology):
+    captions = Captions(topology, None, token=None)
+
+    async def check(server, session):
+        base = f"http://127.0.0.1:{server.port}"
+        async with session.get(base + "/events") as resp:
+            await resp.content.readline()
+            while not captions.clients:
+                await asyncio.sleep(0.01)
+            # The loop publishes more than a browser may have waiting, without yielding to
+            # the browser's writer: its queue overflows and it is dropped at once.
+            for i in range(QUEUE + 10):
+                captions._publish([("stats", {"lag_s": i, "utterances": 0})])
+            assert captions.clients == {} and captions.dropped == 1
+            with pytest.raises(aiohttp.ClientPayloadError):   # its connection is cut
+                await asyncio.wait_for(resp.content.read(), 10)
+        async with session.get(base + "/events") as resp:   # it comes back: all again
+            assert (await resp.content.readline()).startswith(b"retry:")
+
+    asyncio.run(_serve(captions, check))
+
+
+def test_up_captions_is_a_supervised_program_with_its_token_out_of_sight(tmp_path, topology):
+    from deploy.supervisor import CaptionsProgram, Supervisor, render
+
+    conf = render(topology, "local", tmp_path, CaptionsProgram("192.168.1.20", 8751, "tok"))
+    program = conf[conf.index("[program:captions]"):]
+    assert "captions --topology %(here)s/topology.toml --host local --bind 192.168.1.20 " \
+           "--port 8751" in program
+    assert 'VOXWEFT_CAPTIONS_TOKEN="tok"' in program and "autorestart=true" in program
+    assert "tok" not in program.split("\n")[1]   # not on the command line (ps shows it)
+    assert "[program:captions]" not in render(topology, "local", tmp_path)
+    sup = Supervisor(tmp_path / "run")
+    sup.write(topology, "local", CaptionsProgram("127.0.0.1", 8751))
+    assert (sup.conf.stat().st_mode & 0o777) == 0o600

@@ -1,0 +1,27 @@
+"""The captions page for the room (`voxweft captions`, `voxweft up --captions`).
+
+`room` keeps what the page shows, `server` serves it (aiohttp), `static/` is the page.
+What the command line needs is here, light: importing it imports no web server.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+DEFAULT_PORT = 8750
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` (an IP or "localhost") is reachable from this machine only."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def url(bind: str, port: int, token: str | None) -> str:
+    """The address to open (the token in it when there is one)."""
+    host = f"[{bind}]" if ":" in bind else bind
+    return f"http://{host}:{port}/" + (f"?token={token}" if token else "")

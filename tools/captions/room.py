@@ -1,0 +1,182 @@
+"""What the captions page shows, kept from the bus: utterances, the actors' health, latency.
+
+`Room.apply` takes one bus message and returns the page events it causes, each the whole
+new state of one thing (an utterance, an actor), so a browser that missed some catches up
+with the next one, and `Room.snapshot` gives a browser that (re)connects everything at once.
+The subtitles served beside the page are made here from the same texts, by the code that
+writes `voxweft interpret`'s subtitle files (tools.subtitles).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from deploy.events import DOWN, describe
+from protocol.messages import (
+    PlaybackEvent,
+    Status,
+    Supervision,
+    Transcript,
+    Translation,
+)
+from tools.latency import stage_times, utterance_latency
+from tools.subtitles import NOT_SPOKEN, render
+
+#: Utterances kept (and sent to a browser that connects): a long talk's last half hour.
+KEEP = 300
+#: An actor whose heartbeat (2 Hz) is not heard for this long is shown down.
+SILENT_S = 3.0
+#: The bar under each utterance: end of speech -> first audio, by stage (tools.latency).
+STAGES = {
+    "endpointing": ("endpointing",),
+    "asr": ("hop_segmenter_asr", "asr_queue", "asr"),
+    "mt": ("hop_asr_mt", "mt_queue", "mt"),
+    "tts": ("hop_mt_tts", "tts_queue", "tts_first_chunk"),
+    "play": ("hop_tts_player", "player_wait"),
+}
+
+Event = tuple[str, dict]
+
+
+def latency_bar(trace) -> tuple[float | None, dict[str, float]]:
+    """End of speech -> first audio (s) and its share per stage, from a playback trace."""
+    total = utterance_latency(trace)["speech_end_to_first_audio_s"]
+    parts = stage_times(trace)
+    stages = {name: round(sum(parts[p] or 0.0 for p in keys), 3)
+              for name, keys in STAGES.items()}
+    return total, stages
+
+
+class Room:
+    """The page's state, from the bus; every method returns the page events to send."""
+
+    def __init__(self, actors: dict[str, str], src_lang: str, tgt_lang: str,
+                 title: str = "voxweft") -> None:
+        self.hosts = dict(actors)             # actor -> host, in pipeline order
+        self.src_lang, self.tgt_lang, self.title = src_lang, tgt_lang, title
+        self.utts: collections.OrderedDict[str, dict] = collections.OrderedDict()
+        self.order = 0
+        self.media: dict[str, tuple[float, float]] = {}   # utt -> media start, end (s)
+        self.actors = {name: {"name": name, "host": host, "state": "down",
+                              "detail": "not heard yet", "restarts": 0, "queue": 0,
+                              "busy_s": 0.0} for name, host in self.hosts.items()}
+        self.heard: dict[str, float] = {}
+        self.epochs: dict[str, int] = {}
+        self.lag_s: float | None = None
+
+    # -- what a browser gets ----------------------------------------------------------------
+    def hello(self) -> Event:
+        """The first event of every connection: languages and actors; the page starts over."""
+        return "hello", {"title": self.title, "src_lang": self.src_lang,
+                         "tgt_lang": self.tgt_lang, "actors": list(self.hosts)}
+
+    def stats(self) -> Event:
+        """How far behind the speaker the voice is (the last utterance's latency)."""
+        return "stats", {"lag_s": self.lag_s, "utterances": len(self.utts)}
+
+    def snapshot(self) -> list[Event]:
+        """Everything, for a browser that (re)connects."""
+        return [self.hello(), *(("actor", dict(a)) for a in self.actors.values()),
+                *(("utterance", dict(u)) for u in self.utts.values()), self.stats()]
+
+    # -- from the bus -----------------------------------------------------------------------
+    def apply(self, msg, now: float | None = None) -> list[Event]:
+        """The page events one bus message causes (none for most)."""
+        now = time.monotonic() if now is None else now
+        if isinstance(msg, Status):
+            return self._status(msg, now)
+        if isinstance(msg, Supervision):
+            return self._supervision(msg)
+        if isinstance(msg, (Transcript, Translation)):
+            return self._text(msg)
+        if isinstance(msg, PlaybackEvent):
+            return self._playback(msg)
+        return []
+
+    def tick(self, now: float | None = None) -> list[Event]:
+        """Actors not heard for SILENT_S are down (a killed process says nothing)."""
+        now = time.monotonic() if now is None else now
+        out = []
+        for name, at in self.heard.items():
+            actor = self.actors[name]
+            if now - at > SILENT_S and actor["state"] != "down":
+                actor.update(state="down", detail=f"no heartbeat for {now - at:.0f} s",
+                             busy_s=0.0)
+                out.append(("actor", dict(actor)))
+        return out
+
+    def _status(self, msg: Status, now: float) -> list[Event]:
+        actor = self.actors.get(msg.src)
+        if actor is None:
+            return []
+        self.heard[msg.src] = now
+        before = dict(actor)
+        previous = self.epochs.get(msg.src)
+        if previous is not None and previous != msg.epoch:
+            actor["restarts"] += 1
+        self.epochs[msg.src] = msg.epoch
+        detail = msg.detail
+        if msg.unreachable:
+            detail = "cannot hear " + ", ".join(sorted(msg.unreachable)) + (
+                f"; {detail}" if detail else "")
+        actor.update(state=msg.state, detail=detail, busy_s=round(msg.busy_s, 1),
+                     queue=msg.outstanding + msg.counters.get("backlog", 0))
+        return [("actor", dict(actor))] if actor != before else []
+
+    def _supervision(self, msg: Supervision) -> list[Event]:
+        actor = self.actors.get(msg.actor)
+        if actor is None or msg.state not in DOWN or actor["state"] == "down":
+            return []
+        actor.update(state="down", detail=describe(msg), busy_s=0.0)
+        self.heard.pop(msg.actor, None)
+        return [("actor", dict(actor))]
+
+    def _utterance(self, utt: str) -> dict:
+        u = self.utts.get(utt)
+        if u is None:
+            self.order += 1
+            u = self.utts[utt] = {"utt": utt, "order": self.order, "source": "", "target": "",
+                                  "source_final": False, "target_final": False,
+                                  "spoken": False, "not_spoken": "", "latency_s": None,
+                                  "stages": {}}
+            while len(self.utts) > KEEP:
+                old, _ = self.utts.popitem(last=False)
+                self.media.pop(old, None)
+        return u
+
+    def _text(self, msg: Transcript | Translation) -> list[Event]:
+        u = self._utterance(msg.utt)
+        side = "source" if isinstance(msg, Transcript) else "target"
+        if u[f"{side}_final"] or (u[side] == msg.text and not msg.final):
+            return []   # a final text is never replaced by a draft, nor sent again
+        u[side], u[f"{side}_final"] = msg.text, msg.final
+        if msg.final:
+            self.media[msg.utt] = (msg.media_start_s, msg.media_end_s)
+        return [("utterance", dict(u))]
+
+    def _playback(self, msg: PlaybackEvent) -> list[Event]:
+        if msg.event not in ("started", "skipped"):
+            return []
+        u = self._utterance(msg.utt)
+        if msg.event == "skipped":
+            u["not_spoken"] = msg.reason or "not spoken"
+            return [("utterance", dict(u)), self.stats()]
+        u["spoken"] = True
+        u["latency_s"], u["stages"] = latency_bar(msg.trace)
+        if u["latency_s"] is not None:
+            self.lag_s = u["latency_s"]
+        return [("utterance", dict(u)), self.stats()]
+
+    # -- the same texts as subtitles ----------------------------------------------------------
+    def subtitles(self, side: str, fmt: str) -> str:
+        """SRT or WebVTT of the final source or target texts, on the input's timeline."""
+        rows = []
+        for utt, u in self.utts.items():
+            if not u[f"{side}_final"] or utt not in self.media:
+                continue
+            mark = NOT_SPOKEN if side == "target" and u["not_spoken"] else ""
+            start, end = self.media[utt]
+            rows.append({"text": mark + u[side], "media_start_s": start, "media_end_s": end})
+        rows.sort(key=lambda r: r["media_start_s"])
+        return render(rows, fmt)
