@@ -110,9 +110,9 @@ def _captions_program(args):
         return None
     import secrets
 
-    from tools.captions import is_loopback
+    from protocol.security import loopback
 
-    token = "" if is_loopback(args.captions_bind) else secrets.token_urlsafe(16)
+    token = "" if loopback(args.captions_bind) else secrets.token_urlsafe(16)
     return CaptionsProgram(args.captions_bind, args.captions_port, token)
 
 

@@ -6,19 +6,7 @@ What the command line needs is here, light: importing it imports no web server.
 
 from __future__ import annotations
 
-import ipaddress
-
 DEFAULT_PORT = 8750
-
-
-def is_loopback(address: str) -> bool:
-    """Whether `address` (an IP or "localhost") is reachable from this machine only."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def url(bind: str, port: int, token: str | None) -> str:

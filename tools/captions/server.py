@@ -24,7 +24,8 @@ from aiohttp import web
 
 from deploy.topology import Topology
 from protocol.client import BusClient
-from tools.captions import is_loopback, url
+from protocol.security import loopback
+from tools.captions import url
 from tools.captions.room import Room
 from tools.subtitles import FORMATS
 
@@ -168,7 +169,7 @@ class Captions:
 def serve(topology: Topology, host: str | None, bind: str, port: int,
           token: str | None = None, curve=None) -> int:
     """Serve the page until SIGTERM or Ctrl-C."""
-    if not is_loopback(bind) and not token:
+    if not loopback(bind) and not token:
         token = secrets.token_urlsafe(16)
     captions = Captions(topology, host, token, curve)
     print(f"voxweft captions: {url(bind, port, token)}", flush=True)
