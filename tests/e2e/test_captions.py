@@ -81,17 +81,22 @@ def _rows(driver) -> list[dict]:
           lat: r.querySelector('.lat').textContent}));""")
 
 
+def _conn(driver) -> str:
+    return driver.execute_script("return document.getElementById('conn').dataset.state")
+
+
 def _state(driver, actor: str) -> str:
     return driver.execute_script(
         "const a = document.querySelector(`#actors .actor[data-name='${arguments[0]}']`);"
         "return a ? a.dataset.state : '';", actor)
 
 
-def _actor_pid(actor: str, out: Path) -> int | None:
-    """The pid of `actor` in the pipeline `interpret` started for `out`."""
+def _pid(program: str, out: Path) -> int | None:
+    """The pid of an actor (or "captions") of the pipeline `interpret` started for `out`."""
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmd = proc.info["cmdline"] or []
-        if "--actor" in cmd and cmd[-1] == actor and proc.info["cwd"] == str(ROOT):
+        mine = cmd[-1] == program if "--actor" in cmd else program in cmd[:4]
+        if mine and "--topology" in cmd and proc.info["cwd"] == str(ROOT):
             topology = Path(cmd[cmd.index("--topology") + 1])
             if topology.exists() and str(out) in topology.read_text():
                 return proc.pid
@@ -129,11 +134,17 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
         browser.get(page)
         _wait("the page", lambda: browser.execute_script(
             "return document.body.classList.contains('ready')"), 30, proc)
+        # The server restarts (supervisord does it) while the models load, before anything
+        # is said (what is said while no server listens, no page can show): the page says
+        # so and reconnects by itself.
+        psutil.Process(_wait("the captions server", lambda: _pid("captions", out), 10)).kill()
+        _wait("the page to notice", lambda: _conn(browser) == "closed", 30, proc)
+        _wait("the page to reconnect", lambda: _conn(browser) == "open", 60, proc)
         first = _wait("a first translation", lambda: [r for r in _rows(browser)
                                                       if r["tgt"] and not r["draft"]], 300, proc)
         assert first[0]["src"]
         # An actor is killed: the strip says it is down, then ready again after its restart.
-        pid = _wait("mt's process", lambda: _actor_pid("mt", out), 30, proc)
+        pid = _wait("mt's process", lambda: _pid("mt", out), 30, proc)
         psutil.Process(pid).kill()
         _wait("mt shown down", lambda: _state(browser, "mt") == "down", 30, proc)
         _wait("mt shown ready again", lambda: _state(browser, "mt") == "ready", 180, proc)

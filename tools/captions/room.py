@@ -10,6 +10,7 @@ writes `voxweft interpret`'s subtitle files (tools.subtitles).
 from __future__ import annotations
 
 import collections
+import secrets
 import time
 
 from deploy.events import DOWN, describe
@@ -64,12 +65,14 @@ class Room:
         self.heard: dict[str, float] = {}
         self.epochs: dict[str, int] = {}
         self.lag_s: float | None = None
+        self.session = secrets.token_hex(4)   # a restarted server is a new session
 
     # -- what a browser gets ----------------------------------------------------------------
     def hello(self) -> Event:
         """The first event of every connection: languages and actors; the page starts over."""
         return "hello", {"title": self.title, "src_lang": self.src_lang,
-                         "tgt_lang": self.tgt_lang, "actors": list(self.hosts)}
+                         "tgt_lang": self.tgt_lang, "actors": list(self.hosts),
+                         "session": self.session}
 
     def stats(self) -> Event:
         """How far behind the speaker the voice is (the last utterance's latency)."""

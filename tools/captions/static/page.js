@@ -32,6 +32,10 @@
   const rows = new Map();    // utt id -> {row, src, tgt, tgtCell, lat, note, order, latKey}
   const actors = new Map();  // actor name -> {chip, state, restarts, queue}
   let maxOrder = 0;
+  // A restarted server starts its own order over and knows none of the captions shown so
+  // far: they stay, and its rows come after them.
+  let session = null;
+  let orderBase = 0;
 
   // ---------- small helpers ----------
 
@@ -128,9 +132,11 @@
   }
 
   function onHello(d) {
-    rows.clear();
-    ui.captions.replaceChildren();
-    maxOrder = 0;
+    // The captions stay (a snapshot follows: it updates them in place); actors start over.
+    if (d.session !== session) {
+      session = d.session;
+      orderBase = maxOrder;
+    }
     actors.clear();
     ui.actors.replaceChildren();
     ui.stats.replaceChildren();
@@ -260,7 +266,8 @@
     }
 
     let order = num(d.order);
-    if (order == null) order = r.order != null ? r.order : maxOrder;
+    order = order == null ? (r.order != null ? r.order : maxOrder) : orderBase + order;
+    if (!isNew && r.order != null) order = r.order;   // a row keeps its place
     if (order > maxOrder) maxOrder = order;
     if (isNew || order !== r.order) {
       r.order = order;
