@@ -199,3 +199,11 @@ def test_up_captions_is_a_supervised_program_with_its_token_out_of_sight(tmp_pat
     sup = Supervisor(tmp_path / "run")
     sup.write(topology, "local", CaptionsProgram("127.0.0.1", 8751))
     assert (sup.conf.stat().st_mode & 0o777) == 0o600
+
+
+def test_the_page_needs_nothing_from_the_internet():
+    from tools.captions.server import STATIC
+
+    for path in STATIC.iterdir():
+        text = path.read_text(encoding="utf-8")
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, path
