@@ -207,3 +207,16 @@ def test_the_page_needs_nothing_from_the_internet():
     for path in STATIC.iterdir():
         text = path.read_text(encoding="utf-8")
         assert "http://" not in text and "https://" not in text and "//cdn" not in text, path
+
+
+def test_a_page_bound_beyond_loopback_gets_a_token_on_loopback_none():
+    from argparse import Namespace
+
+    from tools.cli import _captions_program
+
+    lan = _captions_program(Namespace(captions=True, captions_bind="192.168.1.20",
+                                      captions_port=8750))
+    local = _captions_program(Namespace(captions=True, captions_bind="127.0.0.1",
+                                        captions_port=8750))
+    assert len(lan.token) >= 20 and local.token == ""
+    assert _captions_program(Namespace(captions=False)) is None
