@@ -295,6 +295,7 @@ def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut
         _wait_translation(tmp_path)
         lan.cut("ultra")        # MT and TTS's host drops off the LAN mid-session
         time.sleep(cut_s)
+        restored = time.time_ns()
         lan.restore("ultra")
         done = _wait_done(tmp_path, references, timeout_s=400)
         time.sleep(2)
@@ -304,6 +305,9 @@ def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut
         assert sorted(played) == sorted(_utts(rows, "transcript"))
         assert len(set(played)) == len(played)
         # (the tap is an observer: what was published during the cut it does not hear again)
+    heard = _first_after(_messages(tmp_path), restored, lambda m: isinstance(m, Status) and
+                         m.src == "asr" and "mt" not in m.unreachable)
+    print(json.dumps({"cut_s": cut_s, "heard_again_s": heard, "utterances": len(played)}))
 
 
 def _wait_translation(tmp_path) -> None:
