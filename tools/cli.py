@@ -121,9 +121,8 @@ def cmd_captions(args) -> int:
     from tools.captions.server import serve
 
     topology = _tap_topology(args)
-    try:   # across hosts the bus is CURVE: listen with this host's key or a client's
-        curve = topology.curve(None if args.key else _host(topology, args.host),
-                               Path(args.key).expanduser() if args.key else None)
+    try:
+        curve = _listener_curve(topology, args)
     except ValueError as exc:
         return _die(f"captions: {exc}")
     token = args.token or os.environ.get("VOXWEFT_CAPTIONS_TOKEN") or None
@@ -308,9 +307,8 @@ def cmd_tap(args) -> int:
     from tools.tap import tap
 
     topology = _tap_topology(args)
-    try:   # across hosts the bus is CURVE: the tap listens with a listed key
-        curve = topology.curve(None if args.key else _host(topology, args.host),
-                               Path(args.key).expanduser() if args.key else None)
+    try:
+        curve = _listener_curve(topology, args)
     except ValueError as exc:
         return _die(f"tap: {exc}")
     return tap(topology, args, curve)
@@ -339,6 +337,15 @@ def cmd_replay(args) -> int:
     from tools.tap import replay
 
     return replay(_tap_topology(args), Path(args.file), args.fast, args.topic)
+
+
+def _listener_curve(topology, args):
+    """The CURVE keys a bus listener (tap, captions) uses; None on a loopback bus.
+
+    This host's key, or with `--key FILE` a client's listed key. ValueError: one line.
+    """
+    return topology.curve(None if args.key else _host(topology, args.host),
+                          Path(args.key).expanduser() if args.key else None)
 
 
 def _tap_topology(args):
