@@ -1,4 +1,4 @@
-"""Run one actor: `python -m actors --topology FILE [--host HOST] --actor NAME`.
+"""Run one actor: `python -m voxweft.actors --topology FILE [--host HOST] --actor NAME`.
 
 What supervisord starts, with the actor's host: the topology is then validated for that host,
 so the engines of actors placed on other hosts are not imported (nor need be installed).
@@ -20,25 +20,9 @@ import logging
 import os
 import sys
 
-from actors.config import ACTOR_NAMES
-from actors.runtime import EXIT_CONFIG, START_SECS, Runtime, StartupError, setup_logging
-
-
-def actor_class(name: str):
-    """The class of actor `name` (explicit table; imports only what that actor needs)."""
-    if name == "capture":
-        from actors.capture import CaptureActor as cls
-    elif name == "segmenter":
-        from actors.segmenter import SegmenterActor as cls
-    elif name == "asr":
-        from actors.asr import AsrActor as cls
-    elif name == "mt":
-        from actors.mt import MtActor as cls
-    elif name == "tts":
-        from actors.tts import TtsActor as cls
-    else:
-        from actors.player import PlayerActor as cls
-    return cls
+from voxweft.actors import actor_class
+from voxweft.actors.runtime import EXIT_CONFIG, START_SECS, Runtime, StartupError, setup_logging
+from voxweft.actors.settings.actors import ACTOR_NAMES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """Parse arguments, build the actor, run it until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m actors", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m voxweft.actors", description=__doc__)
     parser.add_argument("--topology", required=True)
     parser.add_argument("--host", help="the host it runs on: only that host's engines are "
                                        "checked (default: every host's)")
@@ -63,10 +47,11 @@ def run(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     log = logging.getLogger("voxweft")
-    from deploy.topology import TopologyError, load
+    from voxweft.actors.engines import check_engine
+    from voxweft.actors.settings.topology import TopologyError, load
 
     try:
-        topology = load(args.topology, args.host)
+        topology = load(args.topology, args.host, check_engine)
         actor = actor_class(args.actor)(topology, topology.actors[args.actor])
     except (TopologyError, ValueError, StartupError) as exc:
         log.error("%s: cannot start: %s", args.actor, exc)

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from actors import budget, engines
-from actors.drafts import Drafts
-from actors.engines.asr import RATE
-from actors.runtime import Actor
-from protocol.messages import (
+from voxweft.actors import budget, engines
+from voxweft.actors.drafts import Drafts
+from voxweft.actors.engines.asr import RATE
+from voxweft.actors.runtime import Actor
+from voxweft.protocol.messages import (
     Cut,
     Done,
     Message,

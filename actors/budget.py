@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 #: The known speech the engines are measured on: 12 s of English (three LJ Speech lines).
-SAMPLE_WAV = Path(__file__).resolve().parent.parent / "tools" / "samples" / "demo-en.wav"
+SAMPLE_WAV = Path(__file__).resolve().with_name("samples") / "demo-en.wav"
 SAMPLE_TEXT = SAMPLE_WAV.with_suffix(".txt")
 #: A translated sentence to synthesize, per target language (3-4 s of speech: a 6 s one made
 #: the pipeline's start 6 s longer, tts and asr measuring at once on 2 cores).

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import numpy as np
 import soxr
 
-from actors.config import ACTOR_NAMES
-from actors.runtime import Actor, StartupError
-from protocol.messages import AudioFrame, EndOfStream, Message, Status
+from voxweft.actors.runtime import Actor, StartupError
+from voxweft.actors.settings.actors import ACTOR_NAMES
+from voxweft.protocol.messages import AudioFrame, EndOfStream, Message, Status
 
 PIPELINE_RATE = 16000
 READ_BLOCK_S = 0.5   # file read granularity: bounded memory for a 30-minute recording
@@ -116,7 +116,7 @@ class MicrophoneSource:
 
     def __init__(self, device: str, frame_samples: int, counters,
                  queue_ms: int = 2000) -> None:
-        from actors.devices import open_device, open_sounddevice, resolve_device
+        from voxweft.actors.devices import open_device, open_sounddevice, resolve_device
 
         sd = open_sounddevice("capture")
         index, info = resolve_device(sd, device, "input")
@@ -284,7 +284,7 @@ class CaptureActor(Actor):
         if now - self.last_retry < self.config.device_retry_ms / 1000:
             return
         self.last_retry = now
-        from actors.devices import open_sounddevice
+        from voxweft.actors.devices import open_sounddevice
 
         self.source.close()
         sd = open_sounddevice("capture")

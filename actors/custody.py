@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterator
 
-from protocol.messages import Message, Status, is_draft
+from voxweft.protocol.messages import Message, Status, is_draft
 
 #: Utterances one stage holds at most: minutes of speech, a few MB of PCM at the segmenter.
 OUTBOX_UTTERANCES = 64

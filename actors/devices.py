@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.runtime import StartupError
+from voxweft.actors.settings.base import StartupError
 
 
 def open_sounddevice(actor: str):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.messages import PlaybackEvent, trace_ns
+from voxweft.protocol.messages import PlaybackEvent, trace_ns
 
 #: The degradation steps, in the order they are taken (counters `lag_<step>` count them).
 STEPS = ("speedup", "long_chunks", "backlog_engine", "skip")

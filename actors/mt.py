@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from actors import budget, engines
-from actors.drafts import Drafts
-from actors.runtime import Actor
-from protocol.messages import Message, Transcript, Translation, is_draft, now_ns, traced
+from voxweft.actors import budget, engines
+from voxweft.actors.drafts import Drafts
+from voxweft.actors.runtime import Actor
+from voxweft.protocol.messages import Message, Transcript, Translation, is_draft, now_ns, traced
 
 
 class MtActor(Actor):

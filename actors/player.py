@@ -13,10 +13,18 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from actors import engines
-from actors.custody import OUTBOX_UTTERANCES, Resync
-from actors.runtime import Actor, StartupError
-from protocol.messages import Done, Message, PlaybackEvent, SpeechChunk, Status, now_ns, traced
+from voxweft.actors import engines
+from voxweft.actors.custody import OUTBOX_UTTERANCES, Resync
+from voxweft.actors.runtime import Actor, StartupError
+from voxweft.protocol.messages import (
+    Done,
+    Message,
+    PlaybackEvent,
+    SpeechChunk,
+    Status,
+    now_ns,
+    traced,
+)
 
 #: tts is taken for down when its heartbeat (2 Hz) has not been heard for this long.
 TTS_SILENT_S = 1.5
@@ -151,7 +159,7 @@ class DeviceSink:
     """
 
     def __init__(self, device: str, counters) -> None:
-        from actors.devices import open_sounddevice
+        from voxweft.actors.devices import open_sounddevice
 
         self.sd = open_sounddevice("player")
         self.spec = device
@@ -169,7 +177,7 @@ class DeviceSink:
         self._open()
 
     def _open(self) -> None:
-        from actors.devices import open_device, resolve_device
+        from voxweft.actors.devices import open_device, resolve_device
 
         index, info = resolve_device(self.sd, self.spec, "output")
         self.name = info["name"]
@@ -288,7 +296,7 @@ class DeviceSink:
 
         PortAudio lists devices only when it initializes, so it is re-initialized first.
         """
-        from actors.runtime import StartupError
+        from voxweft.actors.settings.base import StartupError
 
         with self.guard:
             self.buffer.clear()

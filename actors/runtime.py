@@ -32,11 +32,12 @@ import psutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from actors.clock import Clocks
-from actors.custody import Outbox, Resync, Seen
-from protocol import sockets
-from protocol.codec import ProtocolError, decode, encode
-from protocol.messages import (
+from voxweft.actors.clock import Clocks
+from voxweft.actors.custody import Outbox, Resync, Seen
+from voxweft.actors.settings.base import StartupError
+from voxweft.protocol import sockets
+from voxweft.protocol.codec import ProtocolError, decode, encode
+from voxweft.protocol.messages import (
     CUSTODY_TYPES,
     Done,
     Message,
@@ -70,10 +71,6 @@ REFUSALS = {
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "not a voxweft peer, or without CURVE",
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "no CURVE, or it expects another host's key",
 }
-
-
-class StartupError(Exception):
-    """The actor cannot start (bad config, missing model or device); message is one line."""
 
 
 def permanent(exc: BaseException) -> bool:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from actors.runtime import Actor
-from actors.vad import (
+from voxweft.actors.runtime import Actor
+from voxweft.actors.vad import (
     SileroVad,
     SpeechDiscarded,
     SpeechStarted,
@@ -17,7 +17,7 @@ from actors.vad import (
     UtterancePaused,
     UtteranceSegmenter,
 )
-from protocol.messages import (
+from voxweft.protocol.messages import (
     AudioFrame,
     Cut,
     EndOfStream,

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from actors import budget, engines, lag
-from actors.drafts import Drafts
-from actors.runtime import Actor
-from actors.voice import VoiceMemory
-from protocol.messages import (
+from voxweft.actors import budget, engines, lag
+from voxweft.actors.drafts import Drafts
+from voxweft.actors.runtime import Actor
+from voxweft.actors.voice import VoiceMemory
+from voxweft.protocol.messages import (
     Message,
     PlaybackEvent,
     SpeechChunk,

@@ -24,9 +24,8 @@ from typing import Protocol
 
 import numpy as np
 import onnxruntime
-from pydantic import ConfigDict, Field, model_validator
 
-from actors.config import Settings
+from voxweft.actors.settings.actors import SegmenterConfig
 
 SAMPLE_RATE = 16_000
 """Sample rate (Hz) of every stream handled here."""
@@ -150,42 +149,6 @@ class VadModel(Protocol):
         """Speech probabilities of every complete window in the buffered stream."""
 
 
-class SegmenterConfig(Settings):
-    """Tuning of :class:`UtteranceSegmenter`; durations are converted to samples at 16 kHz."""
-
-    model_config = ConfigDict(frozen=True)
-
-    threshold: float = Field(0.5, gt=0.0, lt=1.0)  # speech prob to enter speech
-    # prob below which a window counts as silence (hysteresis); 0 < it <= threshold
-    neg_threshold: float = Field(0.35, gt=0.0, lt=1.0)
-    min_speech_ms: int = Field(250, ge=0, le=10_000)  # shorter bursts are dropped as noise
-    # silence needed after speech to close an utterance (latency knob)
-    hangover_ms: int = Field(300, ge=0, le=10_000)
-    # audio kept before speech onset so the first syllable survives
-    pre_roll_ms: int = Field(200, ge=0, le=2_000)
-    # audio kept after the last speech window; <= hangover_ms: in hand when the hangover closes
-    post_roll_ms: int = Field(100, ge=0, le=10_000)
-    # force a split (at a pause in the last seconds if any)
-    max_segment_s: float = Field(15.0, ge=1.0, le=120.0)
-    # silence after which a draft of the utterance goes out; 0 = none; < hangover_ms (a
-    # draft after the hangover would come with the commit: pointless)
-    speculate_ms: int = Field(100, ge=0, le=10_000)
-    # after such a pause, speech this long sends the grown utterance
-    recheck_ms: int = Field(1000, ge=0, le=10_000)
-
-    @model_validator(mode="after")
-    def _between_fields(self) -> SegmenterConfig:
-        if self.neg_threshold > self.threshold:
-            raise ValueError(f"neg_threshold = {self.neg_threshold!r} must be <= threshold "
-                             f"({self.threshold!r})")
-        if self.post_roll_ms > self.hangover_ms:
-            raise ValueError(f"post_roll_ms = {self.post_roll_ms!r} must be <= hangover_ms "
-                             f"({self.hangover_ms!r}): post-roll must be in hand when the "
-                             "hangover closes the utterance")
-        if self.speculate_ms >= max(1, self.hangover_ms):
-            raise ValueError(f"speculate_ms = {self.speculate_ms!r} must be < hangover_ms "
-                             f"({self.hangover_ms!r}), or 0 for no drafts")
-        return self
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing ndarray fields has no single truth value

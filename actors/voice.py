@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from actors.engines.tts import Reference
+from voxweft.actors.engines.tts import Reference
 
 RATE = 16000
 FRAME = RATE // 50          # 20 ms

@@ -1,6 +1,6 @@
 """Actor process states onto the bus: supervisord's event listener, and how to read it.
 
-supervisord starts `python -m deploy.events` next to the actors of a host (see
+supervisord starts `python -m voxweft.deploy.events` next to the actors of a host (see
 deploy.supervisor.render). It receives every PROCESS_STATE event and publishes it as a
 `Supervision` message on the host's events port, with the actor's own last error line, and
 publishes every actor's latest state again each second so a late subscriber knows it too.
@@ -20,12 +20,12 @@ from pathlib import Path
 import zmq
 from supervisor import childutils
 
-from actors.runtime import EXIT_CONFIG, EXIT_RETRY
-from deploy.supervisor import GROUP, Supervisor
-from deploy.topology import Topology, load
-from protocol import sockets
-from protocol.codec import encode
-from protocol.messages import Supervision, now_ns, stamp
+from voxweft.actors.runtime import EXIT_CONFIG, EXIT_RETRY
+from voxweft.deploy.supervisor import GROUP, Supervisor
+from voxweft.deploy.topology import Topology, load
+from voxweft.protocol import sockets
+from voxweft.protocol.codec import encode
+from voxweft.protocol.messages import Supervision, now_ns, stamp
 
 log = logging.getLogger("voxweft")
 
@@ -162,7 +162,7 @@ class Listener:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the listener until supervisord stops it."""
-    parser = argparse.ArgumentParser(prog="python -m deploy.events", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m voxweft.deploy.events", description=__doc__)
     parser.add_argument("--topology", required=True)
     parser.add_argument("--host", required=True)
     args = parser.parse_args(argv)

@@ -17,10 +17,10 @@ import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.runtime import EXIT_CONFIG, START_SECS
-from deploy.topology import Topology
-from protocol.client import BusClient
-from protocol.messages import Status
+from voxweft.actors.runtime import EXIT_CONFIG, START_SECS
+from voxweft.deploy.topology import Topology
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.messages import Status
 
 GROUP = "voxweft"
 # Model loading happens after startsecs; readiness is read from the bus, not from RUNNING.
@@ -30,7 +30,7 @@ STOP_WAIT_SECS = 5    # actors exit within 2 s of SIGTERM; the rest is margin
 
 def engine_env(actor: str, config) -> dict[str, str]:
     """What an actor's engine needs in its process environment from the start (a preload)."""
-    from actors import engines
+    from voxweft.actors import engines
 
     if actor not in engines.STAGES:
         return {}
@@ -60,8 +60,13 @@ def default_run_dir(host: str) -> Path:
 
 @dataclass(frozen=True)
 class CaptionsProgram:
-    """`voxweft up --captions`: the captions page, supervised beside the actors."""
+    """`voxweft up --captions`: the captions page, supervised beside the actors.
 
+    `command` is what runs it (`python -m` and its arguments, before the topology's): the
+    commands layer above names its own entry point, this layer never does.
+    """
+
+    command: tuple[str, ...]
     bind: str
     port: int
     token: str = ""    # required in the page's URL (bound beyond loopback)
@@ -101,7 +106,6 @@ def render(topology: Topology, host: str, run_dir: Path,
             # Thread pools sized by the topology: oversubscribed cores made models ~100x slower.
             "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": 1,
-            "PYTHONPATH": project_root,
         }
         passthrough = ("VOXWEFT_FAULT", "VOXWEFT_MODELS", "VOXWEFT_MODELS_CATALOGUE",
                        "PULSE_SERVER", "PULSE_RUNTIME_PATH", "HOME", "XDG_RUNTIME_DIR")
@@ -111,7 +115,7 @@ def render(topology: Topology, host: str, run_dir: Path,
         lines += [
             f"[program:{name}]",
             # --host: the actor validates only this host's engines (imports no other's).
-            f"command={python} -m actors --topology %(here)s/topology.toml --host {host} "
+            f"command={python} -m voxweft.actors --topology %(here)s/topology.toml --host {host} "
             f"--actor {name}",
             f"directory={project_root}",
             "autostart=true",
@@ -136,7 +140,8 @@ def render(topology: Topology, host: str, run_dir: Path,
     # actor is down and why (deploy.events). Not in the group: it is no actor.
     lines += [
         "[eventlistener:events]",
-        f"command={python} -m deploy.events --topology %(here)s/topology.toml --host {host}",
+        f"command={python} -m voxweft.deploy.events --topology %(here)s/topology.toml "
+        f"--host {host}",
         f"directory={project_root}",
         "events=PROCESS_STATE",
         "buffer_size=100",
@@ -144,21 +149,22 @@ def render(topology: Topology, host: str, run_dir: Path,
         "stopsignal=TERM",
         "stderr_logfile=%(here)s/logs/events.log",
         "stdout_logfile=NONE",   # the protocol channel with supervisord, not a log
-        f'environment=PYTHONPATH="{project_root}",PYTHONUNBUFFERED="1"',
+        'environment=PYTHONUNBUFFERED="1"',
         "",
     ]
     if captions is not None:   # no actor either: restarted whatever its exit, not in the group
         token = f',VOXWEFT_CAPTIONS_TOKEN="{captions.token}"' if captions.token else ""
         lines += [
             "[program:captions]",
-            f"command={python} -m tools.cli captions --topology %(here)s/topology.toml "
+            f"command={python} -m {shlex.join(captions.command)} "
+            "--topology %(here)s/topology.toml "
             f"--host {host} --bind {shlex.quote(captions.bind)} --port {captions.port}",
             f"directory={project_root}",
             "autorestart=true",
             "stopsignal=TERM",
             "redirect_stderr=true",
             "stdout_logfile=%(here)s/logs/captions.log",
-            f'environment=PYTHONPATH="{project_root}",PYTHONUNBUFFERED="1"{token}',
+            f'environment=PYTHONUNBUFFERED="1"{token}',
             "",
         ]
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The voxweft wire protocol: message types, codec, socket presets, the bus client (client.py)."""
 
-from protocol.codec import ProtocolError, decode, encode
-from protocol.messages import (
+from voxweft.protocol.codec import ProtocolError, decode, encode
+from voxweft.protocol.messages import (
     MAJOR,
     REGISTRY,
     AudioFrame,

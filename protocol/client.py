@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import zmq
 
-from protocol import sockets
-from protocol.codec import ProtocolError, decode
-from protocol.messages import Message, now_ns
-from protocol.security import Curve
+from voxweft.protocol import sockets
+from voxweft.protocol.codec import ProtocolError, decode
+from voxweft.protocol.messages import Message, now_ns
+from voxweft.protocol.security import Curve
 
 
 @dataclass(frozen=True)

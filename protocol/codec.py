@@ -16,7 +16,7 @@ import math
 import msgpack
 import numpy as np
 
-from protocol.messages import MAJOR, PCM_DTYPES, REGISTRY, Message, PcmMessage
+from voxweft.protocol.messages import MAJOR, PCM_DTYPES, REGISTRY, Message, PcmMessage
 
 MAX_TOPIC_BYTES = 128
 MAX_HEADER_BYTES = 256 * 1024        # text of one utterance plus its trace fits easily

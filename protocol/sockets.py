@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import zmq
 
-from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
-from protocol.security import Curve, plain_bind, plain_connect
+from voxweft.protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
+from voxweft.protocol.security import Curve, plain_bind, plain_connect
 
 COMMON = {
     # Shutdown must never hang on unsent messages; a stopped actor has nothing worth waiting for.

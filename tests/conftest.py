@@ -12,17 +12,19 @@ import pytest
 import soundfile as sf
 import soxr
 
+from voxweft.tools.bench import DEFAULT_CORPUS
+
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus" / "ljspeech"
-VOXWEFT = [sys.executable, "-m", "tools.cli"]
+CORPUS = DEFAULT_CORPUS   # the five LJ Speech clips the repository carries
+VOXWEFT = [sys.executable, "-m", "voxweft.tools.cli"]
 
 
 def corpus_clips() -> list[Path]:
     """The LJ Speech WAV files (each with a .txt reference)."""
     clips = sorted(CORPUS.glob("*.wav"))
     if not clips:   # a missing corpus must fail loudly, not skip the tests that need it
-        pytest.fail(f"LJ Speech corpus not found at {CORPUS}: the tests expect the shared/ "
-                    "folder beside the project checkout")
+        pytest.fail(f"LJ Speech corpus not found at {CORPUS}: it is part of the repository "
+                    "(tools/bench/corpus/ljspeech); restore it with git")
     return clips
 
 
@@ -53,8 +55,8 @@ def short_tmp():
 def local_topology(directory: Path, input_wav: Path, output_wav: Path,
                    overrides: dict | None = None) -> Path:
     """A topology file on free loopback ports: file capture, WAV player."""
-    from deploy.topology import load
-    from tools.interpret import file_topology
+    from voxweft.deploy.topology import load
+    from voxweft.tools.interpret import file_topology
 
     topology = file_topology(load(None), input_wav, output_wav.parent, "en", "pt", fast=False)
     if overrides:

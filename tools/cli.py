@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from actors import budget
-from actors.clock import offsets as clock_offsets
-from deploy import topology as topo_mod
-from deploy.events import DOWN, describe, supervision
-from deploy.supervisor import (
+from voxweft.actors import budget
+from voxweft.actors.clock import offsets as clock_offsets
+from voxweft.deploy import topology as topo_mod
+from voxweft.deploy.events import DOWN, describe, supervision
+from voxweft.deploy.supervisor import (
     GROUP,
     BusWatcher,
     CaptionsProgram,
@@ -21,7 +21,8 @@ from deploy.supervisor import (
     default_run_dir,
     wait_ready,
 )
-from deploy.topology import TopologyError
+from voxweft.deploy.topology import TopologyError
+from voxweft.tools.bench import DEFAULT_CORPUS
 
 
 def _die(msg: str, code: int = 1) -> int:
@@ -96,12 +97,16 @@ def cmd_up(args) -> int:
         print(f"voxweft: {line}")
     print(f"control: {sup.ctl_command()} status|restart {GROUP}:asr|tail -f {GROUP}:tts")
     if captions is not None:
-        from tools.captions import url
+        from voxweft.tools.captions import url
 
         print(f"captions: {url(captions.bind, captions.port, captions.token or None)}")
     if args.watch:
         return _watch_then_stop(topology, sup, run_dir, curve)
     return 0
+
+
+#: How supervisord runs the captions page (`python -m` ...).
+CAPTIONS_COMMAND = ("voxweft.tools.cli", "captions")
 
 
 def _captions_program(args):
@@ -110,15 +115,15 @@ def _captions_program(args):
         return None
     import secrets
 
-    from protocol.security import loopback
+    from voxweft.protocol.security import loopback
 
     token = "" if loopback(args.captions_bind) else secrets.token_urlsafe(16)
-    return CaptionsProgram(args.captions_bind, args.captions_port, token)
+    return CaptionsProgram(CAPTIONS_COMMAND, args.captions_bind, args.captions_port, token)
 
 
 def cmd_captions(args) -> int:
     """Serve the captions page for the room from the bus."""
-    from tools.captions.server import serve
+    from voxweft.tools.captions.server import serve
 
     topology = _tap_topology(args)
     try:
@@ -133,8 +138,8 @@ def _watch_then_stop(topology, sup: Supervisor, run_dir: Path, curve=None) -> in
     """`up --watch`: watch until Ctrl-C, SIGTERM or SIGHUP, then stop what `up` started."""
     import signal
 
-    from tools.interpret import STOP_SIGNALS, Terminated, raise_terminated
-    from tools.watch import watch
+    from voxweft.tools.interpret import STOP_SIGNALS, Terminated, raise_terminated
+    from voxweft.tools.watch import watch
 
     previous = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     code = 130   # watch returns on Ctrl-C
@@ -222,7 +227,7 @@ def cmd_logs(args) -> int:
 
 def cmd_interpret(args) -> int:
     """Interpret one file through the supervised pipeline."""
-    from tools.interpret import interpret
+    from voxweft.tools.interpret import interpret
 
     base = topo_mod.load(args.topology)
     return interpret(base, Path(args.input), Path(args.out), args.src, args.tgt, args.fast,
@@ -232,7 +237,8 @@ def cmd_interpret(args) -> int:
 
 def cmd_bench(args) -> int:
     """Measure the pipeline on a corpus; write report.json/.md and plots; compare."""
-    from tools import bench, benchreport
+    from voxweft.tools.bench import report as benchreport
+    from voxweft.tools.bench import run as bench
 
     try:
         if args.report:   # compare two reports already written; run nothing
@@ -240,9 +246,6 @@ def cmd_bench(args) -> int:
                 return _die("voxweft bench: --report needs --compare OLD.json", 2)
             new = bench.load_report(Path(args.report))
         else:
-            if not args.corpus:
-                return _die("voxweft bench: give --corpus DIR (audio files, optional NAME.txt "
-                            "transcripts and NAME.<tgt>.txt translations)", 2)
             if args.compare:   # an unreadable old report fails now, not after the run
                 bench.load_report(Path(args.compare))
             base = topo_mod.load(args.topology)
@@ -251,7 +254,8 @@ def cmd_bench(args) -> int:
             pause_s, soak = args.pause_s, args.soak
             if args.continuous:   # a speaker who does not stop: short pauses, minutes long
                 pause_s, soak = bench.CONTINUOUS_PAUSE_S, args.continuous
-            new = bench.bench(base, Path(args.corpus), out, args.src, args.tgt, args.fast,
+            corpus = Path(args.corpus or DEFAULT_CORPUS)
+            new = bench.bench(base, corpus, out, args.src, args.tgt, args.fast,
                               pause_s=pause_s, soak_minutes=soak, limit=args.limit,
                               bus_seconds=args.bus_seconds, bus_frames=args.bus_frames,
                               command=command)
@@ -268,7 +272,7 @@ def cmd_bench(args) -> int:
 
 def cmd_watch(args) -> int:
     """Live console view and rolling transcript of a running pipeline."""
-    from tools.watch import watch
+    from voxweft.tools.watch import watch
 
     sup, topology = _supervisor(args)
     path = Path(args.transcript) if args.transcript else sup.run_dir / "transcript.live.jsonl"
@@ -278,14 +282,14 @@ def cmd_watch(args) -> int:
 
 def cmd_demo(args) -> int:
     """Interpret the bundled sample, then play the translation if a speaker exists."""
-    from tools.interpret import interpret
+    from voxweft.tools.interpret import interpret
 
-    sample = Path(__file__).resolve().with_name("samples") / "demo-en.wav"
+    sample = budget.SAMPLE_WAV   # the speech the engines warm up on, too
     out = Path(args.out)
     code = interpret(topo_mod.load(args.topology), sample, out, "en", "pt", fast=args.fast)
     if code or args.no_play:
         return code
-    from actors.devices import open_sounddevice
+    from voxweft.actors.devices import open_sounddevice
 
     try:
         sd = open_sounddevice("demo")
@@ -304,7 +308,7 @@ def cmd_demo(args) -> int:
 
 def cmd_tap(args) -> int:
     """Print (and optionally record) every message on the bus."""
-    from tools.tap import tap
+    from voxweft.tools.tap import tap
 
     topology = _tap_topology(args)
     try:
@@ -316,7 +320,7 @@ def cmd_tap(args) -> int:
 
 def cmd_keys(args) -> int:
     """Make a CURVE key pair for a host or a client; print the public key for the topology."""
-    from protocol import security
+    from voxweft.protocol import security
 
     name = args.host or args.client
     directory = Path(args.dir).expanduser() if args.dir else None
@@ -334,7 +338,7 @@ def cmd_keys(args) -> int:
 
 def cmd_replay(args) -> int:
     """Publish a recording again."""
-    from tools.tap import replay
+    from voxweft.tools.tap import replay
 
     return replay(_tap_topology(args), Path(args.file), args.fast, args.topic)
 
@@ -362,7 +366,7 @@ def _tap_topology(args):
 
 def cmd_languages(args) -> int:
     """Language pairs this installation can interpret, with the engine for each stage."""
-    from tools.languages import main as languages_main
+    from voxweft.tools.languages import main as languages_main
 
     return languages_main((["--topology", args.topology] if args.topology else [])
                           + (["--json"] if args.json else []))
@@ -370,8 +374,8 @@ def cmd_languages(args) -> int:
 
 def cmd_devices(args) -> int:
     """List audio devices."""
-    from actors.devices import list_devices, open_sounddevice
-    from actors.runtime import StartupError
+    from voxweft.actors.devices import list_devices, open_sounddevice
+    from voxweft.actors.settings.base import StartupError
 
     try:
         sd = open_sounddevice("devices")
@@ -387,7 +391,7 @@ def cmd_devices(args) -> int:
 
 def cmd_models(args) -> int:
     """Models installed, where, and which topology needs which; fetch or convert one."""
-    from tools import models
+    from voxweft.tools import models
 
     if args.models_command == "fetch":
         return models.cmd_fetch(args.name)
@@ -398,7 +402,7 @@ def cmd_models(args) -> int:
 
 def cmd_voicecheck(args) -> int:
     """Compare VoxCPM2's voice modes on a corpus: likeness to the speaker, language kept."""
-    from tools import voicecheck
+    from voxweft.tools import voicecheck
 
     try:
         report = voicecheck.check(topo_mod.load(args.topology), Path(args.corpus),
@@ -417,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def captions_address(sp, bind, port):
-        from tools.captions import DEFAULT_PORT
+        from voxweft.tools.captions import DEFAULT_PORT
 
         sp.add_argument(bind, default="127.0.0.1",
                         help="address the captions page listens on (default 127.0.0.1; a "
@@ -483,7 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("bench", help="measure latency, quality, bus and resources on a corpus")
     common(sp, run=False)
-    sp.add_argument("--corpus", help="folder of NAME.wav (+ NAME.txt, NAME.<tgt>.txt)")
+    sp.add_argument("--corpus", help="folder of NAME.wav (+ NAME.txt, NAME.<tgt>.txt); default: "
+                    "the five LJ Speech clips the project carries (tools/bench/corpus)")
     sp.add_argument("--out", help="report folder (default: bench-DATE-TIME)")
     sp.add_argument("--src", default="en")
     sp.add_argument("--tgt", default="pt")
@@ -507,8 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("voicecheck", help="VoxCPM2: which voice mode keeps the speaker's "
                         "voice without leaking their language")
     common(sp, run=False)
-    sp.add_argument("--corpus", required=True,
-                    help="one speaker's NAME.wav + NAME.txt (+ NAME.<tgt>.txt translations)")
+    sp.add_argument("--corpus", default=str(DEFAULT_CORPUS),
+                    help="one speaker's NAME.wav + NAME.txt (+ NAME.<tgt>.txt translations); "
+                    "default: the five LJ Speech clips the project carries")
     sp.add_argument("--out", default="voicecheck", help="report folder")
     sp.add_argument("--limit", type=int, default=5, help="only the first N clips")
     sp.set_defaults(fn=cmd_voicecheck)

@@ -12,18 +12,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from actors import budget
-from deploy.events import Board, exit_words
-from deploy.supervisor import (
+from voxweft.actors import budget
+from voxweft.deploy.events import Board, exit_words
+from voxweft.deploy.supervisor import (
     CaptionsProgram,
     Supervisor,
     SupervisorError,
     down_for_good,
     wait_ready,
 )
-from deploy.topology import Topology, parse
-from protocol.client import BusClient
-from protocol.messages import (
+from voxweft.deploy.topology import Topology, parse
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.messages import (
     Done,
     EndOfStream,
     PlaybackEvent,
@@ -33,10 +33,10 @@ from protocol.messages import (
     VadEvent,
     trace_ns,
 )
-from tools.captions import url
-from tools.languages import fit_engines
-from tools.latency import summarize, utterance_latency
-from tools.subtitles import NOT_SPOKEN, write_subtitles
+from voxweft.tools.captions import url
+from voxweft.tools.languages import fit_engines
+from voxweft.tools.latency import summarize, utterance_latency
+from voxweft.tools.subtitles import NOT_SPOKEN, write_subtitles
 
 WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos.", b"done.",
            b"status."]

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from actors.engines import CANDIDATES, construct, installed, label, languages_report, serves
+from voxweft.actors.engines import CANDIDATES, construct, installed, label, languages_report, serves
 
 
 def format_report(rows: list[dict]) -> str:
@@ -54,7 +54,7 @@ def main(args: list[str] | None = None) -> int:
     opts = parser.parse_args(args)
     topology = None
     if opts.topology:
-        from deploy.topology import TopologyError, load
+        from voxweft.deploy.topology import TopologyError, load
 
         try:
             topology = load(opts.topology)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.messages import Trace, trace_ns
+from voxweft.protocol.messages import Trace, trace_ns
 
 #: The stages of one utterance in pipeline order: (previous stage's event, stage prefix,
 #: compute start event, compute end event). Each hop from one actor to the next is split into

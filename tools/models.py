@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.engines.models import (
+from voxweft.actors.engines.models import (
     MODELS_ENV,
     CatalogueEntry,
     ModelFile,
@@ -36,7 +36,7 @@ from actors.engines.models import (
     install_dir,
     models_root,
 )
-from deploy import topology as topo_mod
+from voxweft.deploy import topology as topo_mod
 
 
 def sha256_of(path: Path) -> str:
@@ -465,11 +465,11 @@ def cmd_fetch(name: str) -> int:
 def cmd_convert_whisper(ct2_dir: str, out_dir: str, dtype: str = "float16",
                         bits: int | None = None) -> int:
     """`voxweft models convert-whisper`: a CTranslate2 Whisper (or base / tiny.en) to MLX."""
-    from actors.runtime import StartupError
+    from voxweft.actors.settings.base import StartupError
 
     try:
-        from actors.engines.asr.mlx_whisper import packaged_source
-        from actors.engines.asr.whisper_convert import convert
+        from voxweft.actors.engines.asr.mlx_whisper import packaged_source
+        from voxweft.actors.engines.asr.whisper_convert import convert
 
         if ct2_dir in ("base", "tiny.en"):
             source = packaged_source(ct2_dir)

@@ -17,11 +17,17 @@ from pathlib import Path
 import msgpack
 import zmq
 
-from deploy.topology import Topology
-from protocol import sockets
-from protocol.client import BusClient
-from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, ProtocolError, decode, encode
-from protocol.messages import (
+from voxweft.deploy.topology import Topology
+from voxweft.protocol import sockets
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.codec import (
+    MAX_HEADER_BYTES,
+    MAX_PAYLOAD_BYTES,
+    ProtocolError,
+    decode,
+    encode,
+)
+from voxweft.protocol.messages import (
     CUSTODY_TYPES,
     EndOfStream,
     Message,

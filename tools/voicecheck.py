@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from actors import engines
-from actors.engines.tts import Reference
-from tools import benchmetrics
+from voxweft.actors import engines
+from voxweft.actors.engines.tts import Reference
+from voxweft.tools.bench import metrics as benchmetrics
 
 RATE = 16000
 MODES = ("default", "reference", "prompt")
@@ -51,7 +51,7 @@ def _clips(corpus: Path, src: str, tgt: str, limit: int, mt) -> list[Clip]:
     import soundfile as sf
     import soxr
 
-    from tools.bench import corpus_items
+    from voxweft.tools.bench.run import corpus_items
 
     clips = []
     for item in corpus_items(corpus, tgt, limit):

@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.events import Board
-from deploy.topology import Topology
-from protocol.client import BusClient
-from protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
+from voxweft.deploy.events import Board
+from voxweft.deploy.topology import Topology
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
 
 
 def side_by_side(source: str, target: str, width: int) -> str:

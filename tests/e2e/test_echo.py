@@ -12,12 +12,12 @@ import subprocess
 
 import pytest
 
-from deploy.topology import load
-from protocol.client import BusClient
-from protocol.messages import PlaybackEvent, Transcript, VadEvent
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, local_topology
 from tests.pulse import DEVICE, SINK, pulse  # noqa: F401 - the fixture
-from tools.latency import utterance_latency
+from voxweft.deploy.topology import load
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.messages import PlaybackEvent, Transcript, VadEvent
+from voxweft.tools.latency import utterance_latency
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from deploy.supervisor import BusWatcher
-from deploy.topology import load
 from tests.conftest import ROOT, VOXWEFT
 from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
+from voxweft.deploy.supervisor import BusWatcher
+from voxweft.deploy.topology import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

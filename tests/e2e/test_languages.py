@@ -12,9 +12,9 @@ import pytest
 import soundfile as sf
 import soxr
 
-from actors.engines.asr.faster_whisper import FasterWhisperEngine
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
 from tests.e2e.test_interpret import normalize, read_jsonl
+from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

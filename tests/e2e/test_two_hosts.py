@@ -23,19 +23,19 @@ import tomllib
 import pytest
 import tomli_w
 
-from protocol import security
-from protocol.codec import decode
-from protocol.messages import PlaybackEvent, Status, trace_ns
 from tests import netns
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
-from tools.latency import stage_times, utterance_latency
-from tools.tap import read_recording
+from voxweft.protocol import security
+from voxweft.protocol.codec import decode
+from voxweft.protocol.messages import PlaybackEvent, Status, trace_ns
+from voxweft.tools.latency import stage_times, utterance_latency
+from voxweft.tools.tap import read_recording
 
 #: A client that is not in the topology: prints each message it gets (it should get none).
 STRANGER = """
 import sys, zmq
 from pathlib import Path
-from protocol import security, sockets
+from voxweft.protocol import security, sockets
 kind, endpoint, server_key, key_file = sys.argv[1:5]
 curve = None
 if key_file:

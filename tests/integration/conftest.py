@@ -8,11 +8,11 @@ import sys
 import pytest
 import zmq
 
-from protocol import sockets
-from protocol.client import BusClient
-from protocol.codec import encode
-from protocol.messages import stamp
 from tests.conftest import ROOT, corpus_clips, local_topology, write_session
+from voxweft.protocol import sockets
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.codec import encode
+from voxweft.protocol.messages import stamp
 
 
 class FakeUpstream:
@@ -49,5 +49,6 @@ def topology_path(short_tmp):
 
 
 def start_actor(topology_path, actor: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "actors", "--topology", str(topology_path),
-                             "--actor", actor], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "voxweft.actors", "--topology",
+                             str(topology_path), "--actor", actor], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)

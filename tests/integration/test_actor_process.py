@@ -10,11 +10,11 @@ import time
 import msgpack
 import pytest
 
-from deploy.topology import load
-from protocol.codec import MAX_PAYLOAD_BYTES
-from protocol.messages import Status, Transcript, Translation
 from tests.conftest import ROOT, corpus_clips
 from tests.integration.conftest import FakeUpstream, start_actor
+from voxweft.deploy.topology import load
+from voxweft.protocol.codec import MAX_PAYLOAD_BYTES
+from voxweft.protocol.messages import Status, Transcript, Translation
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -119,8 +119,8 @@ def test_bad_config_exits_with_one_clear_line(short_tmp):
     bad = short_tmp / "bad.toml"
     bad.write_text((ROOT / "deploy" / "default.toml").read_text().replace(
         'engine = "faster-whisper"', 'engine = "faster-wisper"'))
-    proc = subprocess.run([sys.executable, "-m", "actors", "--topology", str(bad), "--actor",
-                           "asr"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "voxweft.actors", "--topology", str(bad),
+                           "--actor", "asr"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
     lines = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert len(lines) == 1 and "faster-wisper" in lines[0] and "faster-whisper" in lines[0]
@@ -133,8 +133,9 @@ def test_missing_microphone_exits_with_one_clear_line(short_tmp):
     write_session(session, corpus_clips()[:1])
     path = local_topology(short_tmp, session, short_tmp / "out.wav",
                           {"actors": {"capture": {"source": "microphone", "device": "USB Mic"}}})
-    proc = subprocess.run([sys.executable, "-m", "actors", "--topology", str(path), "--actor",
-                           "capture"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "voxweft.actors", "--topology", str(path),
+                           "--actor", "capture"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 78
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and "'USB Mic' not found" in errors[0], proc.stderr

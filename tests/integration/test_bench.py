@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips
-from tools.latency import STAGES
+from voxweft.tools.latency import STAGES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from actors.capture import PIPELINE_RATE, MicrophoneSource
-from actors.player import PlayerActor
-from deploy.topology import load
-from protocol.client import BusClient
-from protocol.codec import decode, encode
-from protocol.messages import AudioFrame, PlaybackEvent, SpeechChunk, Status, stamp
 from tests.conftest import ROOT, corpus_clips, local_topology, read_16k
 from tests.integration.conftest import FakeUpstream, start_actor
 from tests.pulse import DEVICE, MONITOR, pulse  # noqa: F401  (pytest fixture)
+from voxweft.actors.capture import PIPELINE_RATE, MicrophoneSource
+from voxweft.actors.player import PlayerActor
+from voxweft.deploy.topology import load
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.codec import decode, encode
+from voxweft.protocol.messages import AudioFrame, PlaybackEvent, SpeechChunk, Status, stamp
 
 TONE_HZ = 440.0
 TONE_AMP = 0.5
@@ -135,7 +135,7 @@ def play_chunks(actor: PlayerActor, utt: str, audio: np.ndarray, rate: int, n_ch
 
 
 def test_devices_lists_the_pulse_device(pulse):  # noqa: F811
-    out = subprocess.run([sys.executable, "-m", "tools.cli", "devices"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "voxweft.tools.cli", "devices"], cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()[1:]]
@@ -303,7 +303,7 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
     path = local_topology(short_tmp, corpus_clips()[0], short_tmp / "out.wav", {"actors": {
         "capture": {"source": "microphone", "device": DEVICE},
         "player": {"sink": "device", "device": DEVICE}}})
-    from deploy.topology import load as load_topology
+    from voxweft.deploy.topology import load as load_topology
 
     topo = load_topology(path)
     clip = corpus_clips()[3]
@@ -366,7 +366,7 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
 
 def microphone_capture(**settings):
     """A loaded capture actor on the null sink's monitor, driven by tick() in the test."""
-    from actors.capture import CaptureActor
+    from voxweft.actors.capture import CaptureActor
 
     topo = load(None).with_overrides({"actors": {"capture": {
         "source": "microphone", "device": DEVICE, **settings}}})

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.conftest import corpus_clips, read_16k
-from tools.benchmetrics import normalize_text, wer
+from voxweft.tools.bench.metrics import normalize_text, wer
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (Linux: pip install 'mlx[cpu]')")
 pytest.importorskip("mlx_whisper", reason="mlx-whisper is not installed")
@@ -33,8 +33,8 @@ def _transcribe_all(engine, clips) -> tuple[list[str], list[float]]:
 
 
 def test_converted_base_hears_what_faster_whisper_hears(tmp_path, monkeypatch):
-    from actors.engines.asr.faster_whisper import FasterWhisperEngine
-    from actors.engines.asr.mlx_whisper import MlxWhisperEngine
+    from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
+    from voxweft.actors.engines.asr.mlx_whisper import MlxWhisperEngine
 
     monkeypatch.setenv("VOXWEFT_MODELS", str(tmp_path))
     clips = [(c.stem, read_16k(c), c.with_suffix(".txt").read_text().strip())

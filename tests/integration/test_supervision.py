@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from deploy.events import Board
-from deploy.supervisor import BusWatcher, Supervisor
-from deploy.topology import load
-from protocol.client import BusClient
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, local_topology, write_session
+from voxweft.deploy.events import Board
+from voxweft.deploy.supervisor import BusWatcher, Supervisor
+from voxweft.deploy.topology import load
+from voxweft.protocol.client import BusClient
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -217,8 +217,8 @@ def test_two_hosts_split_pipeline(short_tmp):
     on Linux): ASR side and TTS side, as on two Macs. Speech in, Portuguese speech out."""
     import tomllib
 
-    from deploy.topology import parse
-    from protocol.messages import PlaybackEvent, Translation
+    from voxweft.deploy.topology import parse
+    from voxweft.protocol.messages import PlaybackEvent, Translation
 
     session = short_tmp / "in.wav"
     write_session(session, corpus_clips()[3:4])

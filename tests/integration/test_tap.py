@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from deploy.topology import load
-from protocol.messages import Status, Transcript, Translation
 from tests.conftest import ROOT, VOXWEFT
 from tests.integration.conftest import FakeUpstream, start_actor
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import Status, Transcript, Translation
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -67,7 +67,7 @@ def test_watch_prints_source_and_translation_and_keeps_a_rolling_file(topology_p
     import io
     import threading
 
-    from tools.watch import watch
+    from voxweft.tools.watch import watch
 
     topology = load(topology_path)
     mt = start_actor(topology_path, "mt")

@@ -13,9 +13,9 @@ import soundfile as sf
 import soxr
 import tomli_w
 
-from actors import engines
 from tests.conftest import ROOT, VOXWEFT, corpus_clips
 from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2
+from voxweft.actors import engines
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(importlib.util.find_spec("resemblyzer") is None,
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.timeout(600),
 
 @pytest.fixture(scope="module")
 def judge():
-    from tools.voicecheck import _Judge
+    from voxweft.tools.voicecheck import _Judge
 
     asr = engines.build("asr", "faster-whisper", {"model": "base"})
     asr.load()
@@ -37,7 +37,7 @@ def _read(path):
 
 
 def test_the_judge_tells_the_speaker_from_other_voices_and_hears_the_language(judge):
-    from tools.voicecheck import _similarity
+    from voxweft.tools.voicecheck import _similarity
 
     a, b = (_read(p) for p in corpus_clips()[3:5])       # the same LJ speaker, twice
     kokoro = engines.build("tts", "kokoro", {})

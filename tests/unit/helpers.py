@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from protocol.codec import decode, encode
-from protocol.messages import stamp
+from voxweft.protocol.codec import decode, encode
+from voxweft.protocol.messages import stamp
 
 
 def run_actor(actor, inputs, *, src: str = "upstream", ticks: int = 1, tick_sleep_s: float = 0.0,

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from actors.capture import PIPELINE_RATE, CaptureActor, FileSource
-from actors.player import PlayerActor
-from actors.runtime import StartupError
-from actors.segmenter import SegmenterActor
-from deploy.topology import load
-from protocol.messages import (
+from tests.conftest import corpus_clips, read_16k
+from tests.unit.helpers import run_actor
+from voxweft.actors.capture import PIPELINE_RATE, CaptureActor, FileSource
+from voxweft.actors.player import PlayerActor
+from voxweft.actors.segmenter import SegmenterActor
+from voxweft.actors.settings.base import StartupError
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import (
     AudioFrame,
     Cut,
     EndOfStream,
@@ -23,8 +25,6 @@ from protocol.messages import (
     Status,
     VadEvent,
 )
-from tests.conftest import corpus_clips, read_16k
-from tests.unit.helpers import run_actor
 
 
 def topology(**overrides):
@@ -177,7 +177,7 @@ def test_capture_rewinds_far_into_a_file_for_a_restarted_segmenter(tmp_path):
 
 
 def test_interpret_stall_is_nothing_moving_not_nothing_held(monkeypatch):
-    from tools import interpret
+    from voxweft.tools import interpret
 
     c = interpret.Collector()
     c.add(Status(src="segmenter", media_ms=1000))
@@ -263,7 +263,7 @@ def test_capture_real_time_never_sends_audio_before_it_is_spoken(tmp_path):
 
 
 def test_echo_gate_ignores_what_is_heard_while_the_player_plays():
-    from protocol.messages import PlaybackEvent
+    from voxweft.protocol.messages import PlaybackEvent
 
     speech = read_16k(corpus_clips()[0])
     silence = np.zeros(16000, np.float32)
@@ -320,7 +320,7 @@ def test_player_waits_for_a_slow_chunk_while_audio_is_still_playing(tmp_path):
 def test_player_restarted_in_the_same_session_keeps_whole_utterances_only(tmp_path):
     # A restarted player goes on with the same output.wav: what was written whole stays,
     # a half-written utterance is cut off (tts sends it again), done ones are not played twice.
-    from actors.player import WavSink
+    from voxweft.actors.player import WavSink
 
     path = str(tmp_path / "out.wav")
     first = WavSink(path, 24000, session="s1")
@@ -340,7 +340,7 @@ def test_player_restarted_in_the_same_session_keeps_whole_utterances_only(tmp_pa
 
 
 def test_player_says_done_and_says_it_again_for_a_resent_utterance(tmp_path):
-    from protocol.messages import Done
+    from voxweft.protocol.messages import Done
 
     p = player(tmp_path)
     out = run_actor(p, [TTS_READY, chunk("a", 0), chunk("a", 1, True)], src="tts", ticks=3)
@@ -357,7 +357,7 @@ def test_player_says_its_dones_again_to_a_holder_that_rejoins_it(tmp_path):
     # it, and those three held that utterance for ever. A holder that (re)joins the player
     # (it hears the player's epoch; a restart or broken link of it is a new join) gets the
     # player's recent Dones again.
-    from protocol.messages import Done
+    from voxweft.protocol.messages import Done
 
     p = player(tmp_path)
     out = run_actor(p, [TTS_READY, chunk("a", 0), chunk("a", 1, True)], src="tts", ticks=3)

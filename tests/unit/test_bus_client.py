@@ -7,10 +7,10 @@ import time
 import pytest
 import zmq
 
-from protocol import sockets
-from protocol.client import BusClient
-from protocol.codec import encode
-from protocol.messages import Status, Transcript, stamp
+from voxweft.protocol import sockets
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.codec import encode
+from voxweft.protocol.messages import Status, Transcript, stamp
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""Tests for tools.busbench on real processes and sockets (short runs, loose bounds).
+"""Tests for tools.bench.busbench on real processes and sockets (short runs, loose bounds).
 
 Timing figures are only checked for consistency (p50 <= p99 <= max, rates in a wide band):
 absolute latencies depend on the machine's load and must not make the suite flaky.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import busbench
+from voxweft.tools.bench import busbench
 
 pytestmark = pytest.mark.timeout(120)
 

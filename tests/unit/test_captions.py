@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from deploy.topology import load
-from protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
-from tools.captions import url
-from tools.captions.room import KEEP, SILENT_S, Room
-from tools.captions.server import QUEUE, Captions
-from tools.subtitles import NOT_SPOKEN
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
+from voxweft.tools.captions import url
+from voxweft.tools.captions.room import KEEP, SILENT_S, Room
+from voxweft.tools.captions.server import QUEUE, Captions
+from voxweft.tools.subtitles import NOT_SPOKEN
 
 S = 10**9
 ACTORS = {"capture": "m2", "segmenter": "m2", "asr": "m2", "mt": "ultra", "tts": "ultra",
@@ -187,9 +187,11 @@ def test_a_browser_that_does_not_keep_up_is_dropped_not_waited_for(topology):
 
 
 def test_up_captions_is_a_supervised_program_with_its_token_out_of_sight(tmp_path, topology):
-    from deploy.supervisor import CaptionsProgram, Supervisor, render
+    from voxweft.deploy.supervisor import CaptionsProgram, Supervisor, render
+    from voxweft.tools.cli import CAPTIONS_COMMAND
 
-    conf = render(topology, "local", tmp_path, CaptionsProgram("192.168.1.20", 8751, "tok"))
+    conf = render(topology, "local", tmp_path,
+                  CaptionsProgram(CAPTIONS_COMMAND, "192.168.1.20", 8751, "tok"))
     program = conf[conf.index("[program:captions]"):]
     assert "captions --topology %(here)s/topology.toml --host local --bind 192.168.1.20 " \
            "--port 8751" in program
@@ -197,12 +199,12 @@ def test_up_captions_is_a_supervised_program_with_its_token_out_of_sight(tmp_pat
     assert "tok" not in program.split("\n")[1]   # not on the command line (ps shows it)
     assert "[program:captions]" not in render(topology, "local", tmp_path)
     sup = Supervisor(tmp_path / "run")
-    sup.write(topology, "local", CaptionsProgram("127.0.0.1", 8751))
+    sup.write(topology, "local", CaptionsProgram(CAPTIONS_COMMAND, "127.0.0.1", 8751))
     assert (sup.conf.stat().st_mode & 0o777) == 0o600
 
 
 def test_the_page_needs_nothing_from_the_internet():
-    from tools.captions.server import STATIC
+    from voxweft.tools.captions.server import STATIC
 
     for path in STATIC.iterdir():
         text = path.read_text(encoding="utf-8")
@@ -212,7 +214,7 @@ def test_the_page_needs_nothing_from_the_internet():
 def test_a_page_bound_beyond_loopback_gets_a_token_on_loopback_none():
     from argparse import Namespace
 
-    from tools.cli import _captions_program
+    from voxweft.tools.cli import _captions_program
 
     lan = _captions_program(Namespace(captions=True, captions_bind="192.168.1.20",
                                       captions_port=8750))

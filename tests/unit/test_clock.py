@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from actors.clock import Clocks, offsets
-from actors.runtime import UNREACHABLE_S, Actor, Runtime
-from protocol.codec import decode, encode
-from protocol.messages import Status, Transcript, stamp
+from voxweft.actors.clock import Clocks, offsets
+from voxweft.actors.runtime import UNREACHABLE_S, Actor, Runtime
+from voxweft.protocol.codec import decode, encode
+from voxweft.protocol.messages import Status, Transcript, stamp
 
 S = 10**9
 MS = 10**6

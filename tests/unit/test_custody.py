@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actors.custody import Outbox, Resync, Seen
-from protocol.messages import SpeechChunk, Status, Transcript
+from voxweft.actors.custody import Outbox, Resync, Seen
+from voxweft.protocol.messages import SpeechChunk, Status, Transcript
 
 
 def speech(utt, index):

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 import soxr
 
-from actors import engines
-from actors.engines import check_pair, languages_report
-from actors.engines.asr.faster_whisper import FasterWhisperEngine
-from actors.engines.mt.apertium import ApertiumEngine
-from actors.engines.mt.ctranslate2 import CTranslate2Engine
-from actors.engines.tts.kokoro import KokoroEngine
-from actors.engines.tts.piper import PiperEngine
-from actors.runtime import StartupError
-from deploy.topology import load
 from tests.conftest import corpus_clips, read_16k
-from tools.languages import format_report, main
+from voxweft.actors import engines
+from voxweft.actors.engines import check_pair, languages_report
+from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
+from voxweft.actors.engines.mt.apertium import ApertiumEngine
+from voxweft.actors.engines.mt.ctranslate2 import CTranslate2Engine
+from voxweft.actors.engines.tts.kokoro import KokoroEngine
+from voxweft.actors.engines.tts.piper import PiperEngine
+from voxweft.actors.settings.base import StartupError
+from voxweft.deploy.topology import load
+from voxweft.tools.languages import format_report, main
 
 HAVE_APERTIUM = bool(ApertiumEngine.installed_pairs()) and shutil.which("apertium-wblank-mode")
 needs_apertium = pytest.mark.skipif(not HAVE_APERTIUM,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from actors.runtime import EXIT_CONFIG, StartupError, permanent
-from deploy.events import Board, describe, supervision
-from deploy.supervisor import Supervisor, down_for_good, render
-from deploy.topology import load
-from protocol.messages import Supervision
+from voxweft.actors.runtime import EXIT_CONFIG, StartupError, permanent
+from voxweft.deploy.events import Board, describe, supervision
+from voxweft.deploy.supervisor import Supervisor, down_for_good, render
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import Supervision
 
 
 @pytest.mark.parametrize("exc", [StartupError("no model"), ValueError("bad key"),
@@ -85,4 +85,4 @@ def test_supervision_reason_is_the_error_since_the_last_start(tmp_path):
 def test_render_runs_the_event_listener(tmp_path):
     text = render(load(None), "local", tmp_path)
     assert "[eventlistener:events]" in text and "events=PROCESS_STATE" in text
-    assert "-m deploy.events" in text and "--host local" in text
+    assert "-m voxweft.deploy.events" in text and "--host local" in text

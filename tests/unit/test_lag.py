@@ -9,12 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from actors import lag
-from actors.tts import TtsActor
-from deploy.topology import TopologyError, load, parse
-from protocol.messages import PlaybackEvent, SpeechChunk, Transcript, Translation
 from tests.unit.helpers import run_actor
-from tools.interpret import NOT_SPOKEN, Collector
+from voxweft.actors import lag
+from voxweft.actors.tts import TtsActor
+from voxweft.deploy.topology import TopologyError, load, parse
+from voxweft.protocol.messages import PlaybackEvent, SpeechChunk, Transcript, Translation
+from voxweft.tools.interpret import NOT_SPOKEN, Collector
 
 
 def _decide(since_end_s, queued_s=0.0, max_lag_s=6.0, backlog=False):

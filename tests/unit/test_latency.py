@@ -1,6 +1,6 @@
 """Latency arithmetic on hand-computed traces."""
 
-from tools.latency import STAGES, percentile, summarize, utterance_latency
+from voxweft.tools.latency import STAGES, percentile, summarize, utterance_latency
 
 S = 1_000_000_000
 
@@ -52,7 +52,7 @@ def test_percentiles():
 
 
 def test_subtitles_srt_and_vtt(tmp_path):
-    from tools.subtitles import cues, write_subtitles
+    from voxweft.tools.subtitles import cues, write_subtitles
 
     utts = [{"text": "Nunca foi superado.", "media_start_s": 1.25, "media_end_s": 2.5},
             {"text": "", "media_start_s": 3.0, "media_end_s": 3.2},

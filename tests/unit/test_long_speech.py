@@ -7,13 +7,13 @@ import re
 import jiwer
 import numpy as np
 
-from actors.engines.asr.faster_whisper import FasterWhisperEngine
-from actors.segmenter import SegmenterActor
-from deploy.topology import load
-from protocol.messages import EndOfStream, Segment
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
 from tests.unit.test_actors import frames_of
+from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
+from voxweft.actors.segmenter import SegmenterActor
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import EndOfStream, Segment
 
 
 def normalize(text: str) -> str:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from actors import engines
-from actors.engines import models as catalogue_mod
-from actors.engines.models import CatalogueEntry, ModelFile, ModelsError
-from tools import cli, models
+from voxweft.actors import engines
+from voxweft.actors.engines import models as catalogue_mod
+from voxweft.actors.engines.models import CatalogueEntry, ModelFile, ModelsError
+from voxweft.tools import cli, models
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "deploy" / "default.toml"

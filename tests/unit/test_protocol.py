@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.codec import (
+from voxweft.protocol.codec import (
     MAX_CHANNELS,
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -26,7 +26,7 @@ from protocol.codec import (
     decode,
     encode,
 )
-from protocol.messages import (
+from voxweft.protocol.messages import (
     MAJOR,
     REGISTRY,
     AudioFrame,

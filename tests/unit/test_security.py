@@ -19,8 +19,8 @@ import psutil
 import pytest
 import zmq
 
-from deploy.topology import load, parse
-from protocol import security, sockets
+from voxweft.deploy.topology import load, parse
+from voxweft.protocol import security, sockets
 
 
 def _lan_address() -> str | None:

@@ -16,9 +16,9 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from protocol import sockets
-from protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, decode, encode
-from protocol.messages import AudioFrame, Segment, Status
+from voxweft.protocol import sockets
+from voxweft.protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, decode, encode
+from voxweft.protocol.messages import AudioFrame, Segment, Status
 
 ANY_PORT = "tcp://127.0.0.1:*"
 

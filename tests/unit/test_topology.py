@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from actors.config import (
+from voxweft.actors.settings.actors import (
     ACTOR_NAMES,
     CaptureConfig,
     EngineConfig,
     PlayerConfig,
     SegmenterActorConfig,
 )
-from actors.runtime import StartupError
-from deploy import topology
-from deploy.topology import DEFAULT_TOPOLOGY, TopologyError, load, parse
+from voxweft.actors.settings.base import StartupError
+from voxweft.deploy import topology
+from voxweft.deploy.topology import DEFAULT_TOPOLOGY, TopologyError, load, parse
 
 SRC = "t.toml"
 
@@ -447,7 +447,7 @@ def test_events_port_defaults_and_must_not_collide():
 
 
 def test_every_registered_engine_imports_and_names_itself():
-    from actors import engines
+    from voxweft.actors import engines
 
     for stage in engines.STAGES:
         for name in engines.names(stage):
@@ -471,7 +471,7 @@ def test_segmenter_knobs_are_checked_at_load(key, value, says):
 def test_the_mac_topology_loads_here_before_its_models_are_fetched(tmp_path, monkeypatch):
     # A catalogue model names its install folder; not fetched yet it is still a valid
     # topology (the actor says what to fetch when it starts).
-    from actors import engines
+    from voxweft.actors import engines
 
     monkeypatch.setenv("VOXWEFT_MODELS", str(tmp_path))
     topology = load(Path(DEFAULT_TOPOLOGY).with_name("mac.toml"))
@@ -495,7 +495,7 @@ def test_an_mlx_asr_process_starts_with_openblas_preloaded_on_linux():
     import ctypes.util
     import sys
 
-    from deploy.supervisor import engine_env
+    from voxweft.deploy.supervisor import engine_env
 
     raw = _raw()
     raw["actors"]["asr"].update(engine="mlx-whisper", settings={"model": "base"})

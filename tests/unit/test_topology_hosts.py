@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from actors import engines
-from deploy.supervisor import render
-from deploy.topology import DEFAULT_TOPOLOGY, TopologyError, load, parse
+from voxweft.actors import engines
+from voxweft.deploy.supervisor import render
+from voxweft.deploy.topology import DEFAULT_TOPOLOGY, TopologyError, load, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO = DEFAULT_TOPOLOGY.with_name("two-hosts.toml")
@@ -51,7 +51,7 @@ try:
 except Exception as exc:
     result["error"] = f"{type(exc).__name__}: {exc}"
 result["attempted"] = attempted
-result["engines"] = sorted(m for m in sys.modules if m.startswith("actors.engines."))
+result["engines"] = sorted(m for m in sys.modules if m.startswith("voxweft.actors.engines."))
 print(json.dumps(result))
 """
 
@@ -66,7 +66,7 @@ def _probe(code: str, blocked: list[str] = ()) -> dict:
 def _remote(result: dict) -> list[str]:
     """The engine modules of mt and tts (the Ultra's stages) a probe imported."""
     return [m for m in result["engines"]
-            if m.startswith(("actors.engines.mt", "actors.engines.tts"))]
+            if m.startswith(("voxweft.actors.engines.mt", "voxweft.actors.engines.tts"))]
 
 
 def _raw() -> dict:
@@ -85,7 +85,7 @@ def _error(raw: dict, host: str | None) -> str:
 
 
 def test_the_m2_validates_without_the_ultras_engines():
-    result = _probe(f"from deploy.topology import load\n"
+    result = _probe(f"from voxweft.deploy.topology import load\n"
                     f"result['host'] = load({str(TWO)!r}, 'm2').for_host", ULTRA)
     assert result["error"] == "" and result["host"] == "m2"
     assert result["attempted"] == [] and _remote(result) == []
@@ -98,10 +98,10 @@ def test_the_m2s_commands_actor_and_supervisord_config_import_no_ultra_engine():
     code = f"""
 import argparse
 from pathlib import Path
-import actors.runtime
-from deploy.supervisor import SupervisorError, render
-from deploy.topology import load
-from tools import cli
+import voxweft.actors.runtime
+from voxweft.deploy.supervisor import SupervisorError, render
+from voxweft.deploy.topology import load
+from voxweft.tools import cli
 
 args = argparse.Namespace(topology={str(TWO)!r}, host="m2", run_dir=None)
 result["conf"] = render(load(args.topology, args.host), "m2", Path("."))
@@ -110,8 +110,8 @@ try:
 except SupervisorError as exc:
     result["supervisor"] = str(exc)
 result["tap"] = cli._tap_topology(args).for_host
-actors.runtime.Runtime.run = lambda self: 0   # built, not run: no socket is bound
-from actors.__main__ import run
+voxweft.actors.runtime.Runtime.run = lambda self: 0   # built, not run: no socket is bound
+from voxweft.actors.__main__ import run
 result["actor"] = run(["--topology", args.topology, "--host", "m2", "--actor", "asr"])
 """
     result = _probe(code, ULTRA)
@@ -123,7 +123,7 @@ result["actor"] = run(["--topology", args.topology, "--host", "m2", "--actor", "
 
 
 def test_the_ultra_imports_its_engines_and_not_the_m2s():
-    result = _probe(f"from deploy.topology import load\nload({str(TWO)!r}, 'ultra')", [M2])
+    result = _probe(f"from voxweft.deploy.topology import load\nload({str(TWO)!r}, 'ultra')", [M2])
     assert result["error"] == "" and result["attempted"] == []
     assert set(ULTRA) <= set(result["engines"]) and M2 not in result["engines"]
 
@@ -132,7 +132,8 @@ def test_the_ultra_imports_its_engines_and_not_the_m2s():
 def test_an_engine_that_cannot_be_imported_where_it_runs_is_one_clear_line(host):
     # None: a command that knows no host checks every engine, as before.
     tts = engines.ENGINES["tts"]["kokoro"].split(":")[0]
-    result = _probe(f"from deploy.topology import load\nload({str(TWO)!r}, {host!r})", [tts])
+    result = _probe(f"from voxweft.deploy.topology import load\nload({str(TWO)!r}, {host!r})",
+                    [tts])
     assert result["attempted"] == [tts]
     error = result["error"]
     assert error.startswith(f"TopologyError: {TWO}: actors.tts: engine 'kokoro' cannot be "

@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 import time
 
-from actors.config import TtsConfig
-from actors.tts import TtsActor
-from deploy.topology import load, parse
-from protocol.messages import PlaybackEvent, SpeechChunk, Translation
 from tests.unit.helpers import run_actor
+from voxweft.actors.settings.actors import TtsConfig
+from voxweft.actors.tts import TtsActor
+from voxweft.deploy.topology import load, parse
+from voxweft.protocol.messages import PlaybackEvent, SpeechChunk, Translation
 
 
 def test_speed_ramps_between_the_two_backlogs():

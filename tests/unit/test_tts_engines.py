@@ -14,13 +14,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from actors import engines
-from actors.engines.tts import TtsEngine, split_clauses
-from actors.engines.tts.espeak import EspeakEngine
-from actors.engines.tts.kokoro import KokoroEngine
-from actors.engines.tts.piper import PiperEngine
-from actors.engines.tts.voxcpm2 import VoxCpm2Engine
-from actors.runtime import StartupError
+from voxweft.actors import engines
+from voxweft.actors.engines.tts import TtsEngine, split_clauses
+from voxweft.actors.engines.tts.espeak import EspeakEngine
+from voxweft.actors.engines.tts.kokoro import KokoroEngine
+from voxweft.actors.engines.tts.piper import PiperEngine
+from voxweft.actors.engines.tts.voxcpm2 import VoxCpm2Engine
+from voxweft.actors.settings.base import StartupError
 
 PT = (
     "produziu os livros de blocos, "
@@ -317,7 +317,7 @@ def test_kokoro_float32_variant_speaks_like_int8_and_fastest_picks_by_time():
     # The float32 copy of the int8 graph (actors.engines.tts.onnx_float) speaks the same
     # sentence: same length within a few frames (durations round), same loudness, not
     # silence or NaN.
-    from actors.engines.tts import cpu_has_vnni
+    from voxweft.actors.engines.tts import cpu_has_vnni
 
     text = "Nunca foi superado."
     int8 = KokoroEngine(threads=2, precision="int8")

@@ -13,15 +13,15 @@ import wave
 import numpy as np
 import pytest
 
-from actors import engines
-from actors.engines.tts import Reference
-from actors.engines.tts.stretch import time_stretch
-from actors.tts import TtsActor
-from actors.voice import RATE, VoiceMemory, voiced
-from deploy.topology import load, parse
-from protocol.messages import SpeechChunk, Translation, Voice
 from tests.unit.helpers import run_actor
 from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2
+from voxweft.actors import engines
+from voxweft.actors.engines.tts import Reference
+from voxweft.actors.engines.tts.stretch import time_stretch
+from voxweft.actors.tts import TtsActor
+from voxweft.actors.voice import RATE, VoiceMemory, voiced
+from voxweft.deploy.topology import load, parse
+from voxweft.protocol.messages import SpeechChunk, Translation, Voice
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(
     importlib.util.find_spec(p) is None, reason=f"{p} is not installed (tools/install.sh)"))
@@ -283,7 +283,7 @@ def test_time_stretch_keeps_the_pitch():
 
 
 def test_only_a_tts_that_speaks_in_the_speakers_voice_hears_the_speaker(tiny):
-    from actors.__main__ import actor_class
+    from voxweft.actors.__main__ import actor_class
 
     raw = copy.deepcopy(load(None).raw)
     for engine, settings, wants in (("kokoro", {}, False),
@@ -301,7 +301,7 @@ def test_the_v2_import_leaves_voxcpm_findable():
     # a spec, or importlib.util.find_spec("voxcpm") raises in that process (seen in CI).
     if importlib.util.find_spec("voxcpm") is None:
         pytest.skip("voxcpm is not installed")
-    from actors.engines.tts.voxcpm2 import voxcpm2_model_class
+    from voxweft.actors.engines.tts.voxcpm2 import voxcpm2_model_class
 
     assert voxcpm2_model_class().__name__ == "VoxCPM2Model"
     assert importlib.util.find_spec("voxcpm") is not None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +17,8 @@ import soundfile
 import soxr
 from faster_whisper.vad import SileroVADModel
 
-from actors.vad import (
+from tests.conftest import CORPUS
+from voxweft.actors.vad import (
     RECHECKS,
     SAMPLE_RATE,
     SPLIT_LOOKBACK_S,
@@ -34,11 +34,9 @@ from actors.vad import (
     UtteranceSegmenter,
 )
 
-CORPUS = Path("/work/shared/corpus/ljspeech")
 FRAME = 320  # 20 ms at 16 kHz
 CLIPS = ["LJ001-0002", "LJ001-0004", "LJ001-0006", "LJ001-0008", "LJ001-0013"]
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="LJ Speech fixtures not present")
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import time
 import numpy as np
 import pytest
 
-from actors.engines.tts.voxcpm2 import voxcpm2_model_class
 from tests.unit.tiny_voxcpm2 import (
     AUDIO_MARKERS,
     MARKER_ID,
@@ -24,6 +23,7 @@ from tests.unit.tiny_voxcpm2 import (
     build_tiny_voxcpm2,
     build_tiny_voxcpm2_mlx_4bit,
 )
+from voxweft.actors.engines.tts.voxcpm2 import voxcpm2_model_class
 
 
 def _installed(*names: str) -> bool:

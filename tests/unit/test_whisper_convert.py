@@ -15,7 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.engines.asr.whisper_convert import ConversionError, convert, mlx_layout, read_model_bin
+from voxweft.actors.engines.asr.whisper_convert import (
+    ConversionError,
+    convert,
+    mlx_layout,
+    read_model_bin,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -28,9 +33,9 @@ N_MELS, FRAMES = 80, 3000   # 30 s of 10 ms log-mel frames
 
 def _packaged_tokenizer() -> bytes:
     try:
-        from actors.engines.asr.faster_whisper import packaged_whisper_base
+        from voxweft.actors.engines.asr.faster_whisper import packaged_whisper_base
     except ImportError:
-        from actors.asr import packaged_whisper_base
+        from voxweft.actors.asr import packaged_whisper_base
     return packaged_whisper_base()["tokenizer.json"]
 
 
@@ -215,7 +220,7 @@ def test_bad_inputs_are_refused_with_a_reason(tiny, tmp_path):
 
 def test_engine_decodes_a_short_window_and_restores_the_encoder(tiny, tmp_path):
     pytest.importorskip("mlx.core")
-    from actors.engines.asr.mlx_whisper import MlxWhisperEngine
+    from voxweft.actors.engines.asr.mlx_whisper import MlxWhisperEngine
 
     folder = convert(tiny["ct2-float32"], tmp_path / "mlx", dtype="float32")
     engine = MlxWhisperEngine(model=str(folder), window_s=5, threads=1)
@@ -232,7 +237,7 @@ def test_engine_hands_a_long_utterance_to_mlx_whisper_with_the_same_model(tiny, 
     from mlx_whisper.transcribe import ModelHolder
     from safetensors.numpy import load_file, save_file
 
-    from actors.engines.asr.mlx_whisper import MlxWhisperEngine
+    from voxweft.actors.engines.asr.mlx_whisper import MlxWhisperEngine
 
     folder = convert(tiny["ct2-float32"], tmp_path / "mlx", dtype="float32")
     # A random decoder never ends (224 tokens and 5 temperature fallbacks per window, 40 s):
@@ -254,7 +259,7 @@ def test_engine_hands_a_long_utterance_to_mlx_whisper_with_the_same_model(tiny, 
 
 
 def test_engine_settings_are_checked(tiny, tmp_path):
-    from actors.engines.asr.mlx_whisper import MlxWhisperEngine
+    from voxweft.actors.engines.asr.mlx_whisper import MlxWhisperEngine
 
     with pytest.raises(ValueError, match="model = 'nowhere' is none of: base, tiny.en"):
         MlxWhisperEngine(model="nowhere")
@@ -274,6 +279,6 @@ def test_whisper_language_codes_are_mlx_whispers():
     pytest.importorskip("mlx.core")
     from mlx_whisper.tokenizer import LANGUAGES
 
-    from actors.engines.asr.mlx_whisper import WHISPER_LANGUAGES
+    from voxweft.actors.engines.asr.mlx_whisper import WHISPER_LANGUAGES
 
     assert WHISPER_LANGUAGES == tuple(LANGUAGES)

@@ -91,7 +91,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from actors.engines.tts.voxcpm2 import voxcpm2_model_class
+from voxweft.actors.engines.tts.voxcpm2 import voxcpm2_model_class
 
 HIDDEN = 64          # LM, residual LM, local encoder and DiT width (a multiple of 64: quantizable)
 FFN = 128

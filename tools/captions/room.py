@@ -13,16 +13,16 @@ import collections
 import secrets
 import time
 
-from deploy.events import DOWN, describe
-from protocol.messages import (
+from voxweft.deploy.events import DOWN, describe
+from voxweft.protocol.messages import (
     PlaybackEvent,
     Status,
     Supervision,
     Transcript,
     Translation,
 )
-from tools.latency import stage_times, utterance_latency
-from tools.subtitles import NOT_SPOKEN, render
+from voxweft.tools.latency import stage_times, utterance_latency
+from voxweft.tools.subtitles import NOT_SPOKEN, render
 
 #: Utterances kept (and sent to a browser that connects): a long talk's last half hour.
 KEEP = 300

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from deploy.topology import Topology
-from protocol.client import BusClient
-from protocol.security import loopback
-from tools.captions import url
-from tools.captions.room import Room
-from tools.subtitles import FORMATS
+from voxweft.deploy.topology import Topology
+from voxweft.protocol.client import BusClient
+from voxweft.protocol.security import loopback
+from voxweft.tools.captions import url
+from voxweft.tools.captions.room import Room
+from voxweft.tools.subtitles import FORMATS
 
 STATIC = Path(__file__).with_name("static")
 #: Page events a browser may have waiting before it is dropped as too slow.

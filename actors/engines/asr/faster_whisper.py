@@ -10,9 +10,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from actors import budget, config
-from actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
-from actors.runtime import StartupError
+from voxweft.actors import budget
+from voxweft.actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
+from voxweft.actors.settings.base import Settings, StartupError
 
 log = logging.getLogger("voxweft.asr")
 
@@ -75,7 +75,7 @@ class FasterWhisperEngine(AsrEngine):
 
     name = "faster-whisper"
 
-    class Settings(config.Settings):
+    class Settings(Settings):
         """Which Whisper, how it is computed and decoded."""
 
         model: str = "base"

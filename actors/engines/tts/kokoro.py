@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from actors.engines.tts import (
+from voxweft.actors.engines.tts import (
     _CLAUSE_END,
     _CLOSERS,
     _MIN_WORDS,
@@ -27,7 +27,7 @@ from actors.engines.tts import (
     cpu_has_vnni,
     split_clauses,
 )
-from actors.runtime import StartupError
+from voxweft.actors.settings.base import StartupError
 
 _KOKORO_ESPEAK_VOICES = {"en": "en-us", "es": "es", "pt": "pt-br", "fr": "fr-fr", "de": "de",
                          "it": "it"}
@@ -159,7 +159,7 @@ class KokoroEngine(TtsEngine):
 
     def _time_sentence(self) -> float:
         """Wall seconds per second of speech of the current session on a typical sentence."""
-        from actors import budget
+        from voxweft.actors import budget
 
         made: list[int] = []
         timed = budget.measure(
@@ -181,7 +181,7 @@ class KokoroEngine(TtsEngine):
 
         if precision == "float32":
             try:
-                from actors.engines.tts.onnx_float import dequantize
+                from voxweft.actors.engines.tts.onnx_float import dequantize
             except ImportError as exc:
                 raise StartupError(f"precision float32 needs the onnx package ({exc}); run "
                                    "`pip install onnx`") from None

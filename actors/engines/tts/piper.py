@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from actors.engines.tts import (
+from voxweft.actors.engines.tts import (
     Reference,
     TtsEngine,
     _trim,
     split_clauses,
 )
-from actors.runtime import StartupError
+from voxweft.actors.settings.base import StartupError
 
 
 class PiperEngine(TtsEngine):

@@ -39,10 +39,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from actors.engines import models
-from actors.engines.tts import Reference, TtsEngine, _log
-from actors.engines.tts.stretch import time_stretch
-from actors.runtime import StartupError
+from voxweft.actors.engines import models
+from voxweft.actors.engines.tts import Reference, TtsEngine, _log
+from voxweft.actors.engines.tts.stretch import time_stretch
+from voxweft.actors.settings.base import StartupError
 
 #: Languages of the model card (ISO 639-1).
 LANGUAGES = frozenset(

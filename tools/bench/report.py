@@ -1,7 +1,7 @@
 """Render, plot and compare ``voxweft bench`` reports (JSON schema ``voxweft-bench/1``).
 
 Every function tolerates missing sections and None values: a missing figure renders as "-".
-Run ``python -m tools.benchreport REPORT.json [--compare OLD.json] [--timeline PNG]
+Run ``python -m voxweft.tools.bench.report REPORT.json [--compare OLD.json] [--timeline PNG]
 [--soak PNG]`` to print a report as Markdown (or the comparison) from the command line.
 """
 
@@ -466,7 +466,8 @@ def compare(old: dict, new: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print a report as Markdown, or its comparison with an older one; optionally plot it."""
-    p = argparse.ArgumentParser(prog="python -m tools.benchreport", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m voxweft.tools.bench.report",
+                                description=main.__doc__)
     p.add_argument("report", type=Path)
     p.add_argument("--compare", type=Path, metavar="OLD", help="compare with this older report")
     p.add_argument("--timeline", type=Path, metavar="PNG", help="write the stage timeline")

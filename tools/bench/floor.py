@@ -1,11 +1,11 @@
 """The in-process floor of `voxweft bench`: the same engines, chained in one process, no bus.
 
-Run by the bench as a child process (`python -m tools.benchfloor JOB.npz OUT.json`) with the
-thread limits an actor gets, after the pipeline has stopped, so both measure the same engines
-on the same cores. The engines are built by the actors' own classes from the same frozen
-topology (same engine, settings, warm-up), then each segment the pipeline transcribed is run
-through ASR -> MT -> TTS's first chunk, timed with a monotonic clock. The rest of each TTS
-stream is drained untimed, as the pipeline's TTS would.
+Run by the bench as a child process (`python -m voxweft.tools.bench.floor JOB.npz OUT.json`)
+with the thread limits an actor gets, after the pipeline has stopped, so both measure the
+same engines on the same cores. The engines are built by the actors' own classes from the
+same frozen topology (same engine, settings, warm-up), then each segment the pipeline
+transcribed is run through ASR -> MT -> TTS's first chunk, timed with a monotonic clock.
+The rest of each TTS stream is drained untimed, as the pipeline's TTS would.
 
 Each segment's words are also aligned (word timestamps) for the per-word ASR lag. The same
 process then transcribes each spoken translation back (the round trip), with the
@@ -25,7 +25,7 @@ RATE = 16_000
 
 
 def _build(topology, name: str):
-    from actors.__main__ import actor_class
+    from voxweft.actors import actor_class
 
     actor = actor_class(name)(topology, topology.actors[name])
     actor.load()
@@ -35,7 +35,7 @@ def _build(topology, name: str):
 
 def run(job_path: Path, out_path: Path) -> dict:
     """Load the engines, time the floor per segment, transcribe the spoken audio back."""
-    from deploy.topology import load
+    from voxweft.deploy.topology import load
 
     job = np.load(job_path, allow_pickle=False)
     meta = json.loads(str(job["meta"]))
@@ -82,10 +82,10 @@ def run(job_path: Path, out_path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.benchfloor JOB.npz OUT.json`."""
+    """`python -m voxweft.tools.bench.floor JOB.npz OUT.json`."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m tools.benchfloor JOB.npz OUT.json", file=sys.stderr)
+        print("usage: python -m voxweft.tools.bench.floor JOB.npz OUT.json", file=sys.stderr)
         return 2
     run(Path(argv[0]), Path(argv[1]))
     return 0

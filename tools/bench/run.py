@@ -7,9 +7,9 @@ One run does, in order:
    silence after each file (looped for `--soak MINUTES`), and interprets it with the real
    supervised pipeline of the active topology (real time, or `--fast`), collecting every
    transcript, translation, speech chunk, playback event and status heartbeat from the bus.
-2. Stops the pipeline, then runs the in-process floor (`tools.benchfloor`) on the same
+2. Stops the pipeline, then runs the in-process floor (`tools.bench.floor`) on the same
    segments with the same engines, and transcribes the spoken translations back.
-3. Measures the bus alone (`tools.busbench`): 20 ms frames over ipc and tcp.
+3. Measures the bus alone (`tools.bench.busbench`): 20 ms frames over ipc and tcp.
 4. Computes latency, quality, resources and soak trends and writes `report.json` (schema
    "voxweft-bench/1", described in the README), `report.md`, `timeline.png` and, with
    `--soak`, `soak.png`.
@@ -28,14 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-from actors import budget as cpu_budget
-from actors import lag as lag_policy
-from deploy.supervisor import engine_env
-from deploy.topology import Topology
-from protocol.messages import SpeechChunk, Status, VadEvent, trace_ns
-from tools import benchmetrics, benchreport
-from tools.interpret import WATCHED, Collector, file_topology, run_supervised
-from tools.latency import STAGES, summarize, utterance_latency
+from voxweft.actors import budget as cpu_budget
+from voxweft.actors import lag as lag_policy
+from voxweft.deploy.supervisor import engine_env
+from voxweft.deploy.topology import Topology
+from voxweft.protocol.messages import SpeechChunk, Status, VadEvent, trace_ns
+from voxweft.tools.bench import metrics as benchmetrics
+from voxweft.tools.bench import report as benchreport
+from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
+from voxweft.tools.latency import STAGES, summarize, utterance_latency
 
 SCHEMA = "voxweft-bench/1"
 RATE = 16_000
@@ -172,7 +173,7 @@ def _assign(placed: list[Placed], start_s: float, end_s: float) -> int | None:
 
 def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np.ndarray,
            src: str, tgt: str) -> dict:
-    """Run tools.benchfloor in a child process with an actor's thread limits."""
+    """Run tools.bench.floor in a child process with an actor's thread limits."""
     frozen = out / "topology.toml"
     frozen.write_text(topology.dumps(), encoding="utf-8")
     arrays: dict[str, np.ndarray] = {}
@@ -199,7 +200,8 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
         env.update(engine_env(stage, topology.actors[stage]))
     result_path = out / "floor.json"
     print(f"voxweft bench: in-process floor on {len(segments)} segment(s)", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "tools.benchfloor", str(job), str(result_path)],
+    proc = subprocess.run([sys.executable, "-m", "voxweft.tools.bench.floor", str(job),
+                           str(result_path)],
                           env=env, cwd=Path(__file__).resolve().parent.parent,
                           capture_output=True, text=True, timeout=3600)
     job.unlink(missing_ok=True)
@@ -666,7 +668,7 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
     floor = _floor(out, topology, collected, session, src, tgt)
     bus = None
     if bus_seconds > 0:
-        from tools import busbench
+        from voxweft.tools.bench import busbench
 
         print("voxweft bench: bus hops (ipc, tcp; real time and flood)", flush=True)
         bus = busbench.run_all(bus_seconds, bus_frames)

@@ -1,104 +1,62 @@
-"""Typed configuration: each actor's `[actors.NAME]` table and each engine's `settings`.
+"""Typed configuration: each actor's `[actors.NAME]` table, checked by pydantic.
 
-Every table is a pydantic model (`Settings`): unknown keys are refused, types are strict (a
-TOML integer is fine where a float is wanted, `true` is no number), ranges and choices live in
-the field declarations, rules between fields in validators. `check()` builds one and turns the
-first error into one line naming the key, the value and what is allowed; the topology loader
-adds the file and table in front. Units are in the names.
+Units are in the names; ranges and choices in the field declarations (see settings.base).
 """
 
 from __future__ import annotations
 
-import types
-import typing
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal
 
-import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from voxweft.actors.settings.base import Between, Port, Settings
 
 ACTOR_NAMES = ("capture", "segmenter", "asr", "mt", "tts", "player")
 
-T = TypeVar("T", bound="Settings")
+class VadKnobs(Settings):
+    """The segmenter's tuning (actors.vad.UtteranceSegmenter), declared once.
+
+    The topology's `[actors.segmenter]` table and the segmenter itself both check them here.
+    """
+
+    threshold: float = Field(0.5, gt=0.0, lt=1.0)  # speech prob to enter speech
+    # prob below which a window counts as silence (hysteresis); 0 < it <= threshold
+    neg_threshold: float = Field(0.35, gt=0.0, lt=1.0)
+    min_speech_ms: int = Field(250, ge=0, le=10_000)  # shorter bursts are dropped as noise
+    # silence needed after speech to close an utterance (latency knob)
+    hangover_ms: int = Field(300, ge=0, le=10_000)
+    # audio kept before speech onset so the first syllable survives
+    pre_roll_ms: int = Field(200, ge=0, le=2_000)
+    # audio kept after the last speech window; <= hangover_ms: in hand when the hangover closes
+    post_roll_ms: int = Field(100, ge=0, le=10_000)
+    # force a split (at a pause in the last seconds if any)
+    max_segment_s: float = Field(15.0, ge=1.0, le=120.0)
+    # silence after which a draft of the utterance goes out; 0 = none; < hangover_ms (a
+    # draft after the hangover would come with the commit: pointless)
+    speculate_ms: int = Field(100, ge=0, le=10_000)
+
+    @model_validator(mode="after")
+    def _between_fields(self) -> VadKnobs:
+        if self.neg_threshold > self.threshold:
+            raise ValueError(f"neg_threshold = {self.neg_threshold!r} must be <= threshold "
+                             f"({self.threshold!r})")
+        if self.post_roll_ms > self.hangover_ms:
+            raise ValueError(f"post_roll_ms = {self.post_roll_ms!r} must be <= hangover_ms "
+                             f"({self.hangover_ms!r}): post-roll must be in hand when the "
+                             "hangover closes the utterance")
+        if self.speculate_ms >= max(1, self.hangover_ms):
+            raise ValueError(f"speculate_ms = {self.speculate_ms!r} must be < hangover_ms "
+                             f"({self.hangover_ms!r}), or 0 for no drafts")
+        return self
 
 
-class Settings(BaseModel):
-    """Base of every checked table: unknown keys refused, strict types, checked on assignment."""
+class SegmenterConfig(VadKnobs):
+    """Tuning of :class:`UtteranceSegmenter`; durations are converted to samples at 16 kHz."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+    model_config = ConfigDict(frozen=True)
 
-    @classmethod
-    def check(cls: type[T], values: dict[str, Any]) -> T:
-        """Build from `values`; ValueError with one line naming the key at fault."""
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ValueError(describe(cls, exc.errors()[0])) from None
-
-
-def _field_at(cls: type[BaseModel], loc: tuple) -> tuple[type[BaseModel], Any]:
-    """The model and field an error location names, through nested models and lists."""
-    model, field, annotation = cls, None, cls
-    for part in loc:
-        if isinstance(part, int):          # an item of a list or tuple
-            annotation = next(iter(typing.get_args(annotation)), None)
-            continue
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
-            field = model.model_fields.get(str(part))
-            annotation = field.annotation if field is not None else None
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        model = annotation          # the location ends at a nested table
-    return model, field
-
-
-def _plain(annotation: Any) -> type | None:
-    """The type a value must have: `int | None` -> int, `list[X]` -> list."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
-        annotation = args[0]
-    annotation = typing.get_origin(annotation) or annotation
-    return annotation if isinstance(annotation, type) else None
-
-
-def describe(cls: type[BaseModel], error: dict) -> str:
-    """One line for a pydantic error: `key = value must ...` with what is allowed."""
-    loc = ".".join(str(part) for part in error["loc"])
-    value, kind = error.get("input"), error["type"]
-    model, field = _field_at(cls, error["loc"][:-1] if kind == "extra_forbidden"
-                             else error["loc"])
-    if kind == "extra_forbidden":
-        return f"unknown key {loc!r}; allowed keys: {', '.join(model.model_fields)}"
-    if kind == "value_error":      # a rule of our own: its message says it all
-        return str(error["ctx"]["error"])
-    if field is None:
-        return f"{loc}: {error['msg']}"
-    if kind == "literal_error":
-        choices = ", ".join(str(c) for c in typing.get_args(field.annotation))
-        return f"{loc} = {value!r} is not one of: {choices}"
-    bounds = {type(m).__name__: m for m in field.metadata
-              if isinstance(m, (annotated_types.Ge, annotated_types.Gt, annotated_types.Le,
-                                annotated_types.Lt))}
-    if bounds and kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal",
-                           "finite_number"):
-        low = bounds.get("Ge") or bounds.get("Gt")
-        high = bounds.get("Le") or bounds.get("Lt")
-        low_s = "" if low is None else str(getattr(low, "ge", getattr(low, "gt", "")))
-        high_s = "" if high is None else str(getattr(high, "le", getattr(high, "lt", "")))
-        return f"{loc} = {value!r} must be between {low_s} and {high_s}"
-    expected = _plain(field.annotation)
-    if expected is not None and kind.endswith(("_type", "_parsing")):
-        return f"{loc} = {value!r} must be a {expected.__name__}"
-    return f"{loc} = {value!r}: {error['msg']}"
-
-
-def Between(low: float, high: float, default: Any, **kw) -> Any:  # noqa: N802 (reads as a type)
-    """A number field in low..high (inclusive; NaN and infinities refused)."""
-    return Field(default, ge=low, le=high, **kw)
-
-
-def Port() -> Any:  # noqa: N802 (reads as a type)
-    """A TCP port every topology must give (the default 0 is refused)."""
-    return Field(0, ge=1, le=65535, validate_default=True)
+    # after such a pause, speech this long sends the grown utterance
+    recheck_ms: int = Field(1000, ge=0, le=10_000)
 
 
 class ActorConfig(Settings):
@@ -138,38 +96,20 @@ class CaptureConfig(ActorConfig):
         return self
 
 
-class SegmenterActorConfig(ActorConfig):
-    """Silero VAD segmentation; actors.vad.SegmenterConfig checks and explains each knob."""
+class SegmenterActorConfig(ActorConfig, VadKnobs):
+    """Silero VAD segmentation: the knobs of VadKnobs, its push port, cuts and the echo gate."""
 
     push_port: int = Port()
-    threshold: float = 0.5
-    neg_threshold: float = 0.35
-    min_speech_ms: int = 250
-    hangover_ms: int = 300
-    pre_roll_ms: int = 200
-    post_roll_ms: int = 100
-    max_segment_s: float = 15.0
-    speculate_ms: int = 100
     # Commit a long utterance up to an earlier pause when asr says two drafts agree on it.
     commit_prefixes: bool = True
     # Echo: "gate" ignores what the microphone hears while the player is playing (and for
     # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
     echo_mode: Literal["gate", "off"] = "gate"
     echo_tail_ms: int = Between(0, 5000, 300)
-    VAD_KEYS: ClassVar[tuple[str, ...]] = (
-        "threshold", "neg_threshold", "min_speech_ms", "hangover_ms", "pre_roll_ms",
-        "post_roll_ms", "max_segment_s", "speculate_ms")
 
-    @model_validator(mode="after")
-    def _vad_knobs(self) -> SegmenterActorConfig:
-        self.vad_config()   # the segmenter's own rules, checked at topology load
-        return self
-
-    def vad_config(self):
-        """The segmenter's knobs (actors.vad.SegmenterConfig); rechecks only with cuts."""
-        from actors.vad import SegmenterConfig
-
-        values = {key: getattr(self, key) for key in self.VAD_KEYS}
+    def vad_config(self) -> SegmenterConfig:
+        """The segmenter's knobs; rechecks (cuts at an earlier pause) only with cuts."""
+        values = self.model_dump(include=set(VadKnobs.model_fields))
         if not self.commit_prefixes:
             values["recheck_ms"] = 0
         return SegmenterConfig.check(values)

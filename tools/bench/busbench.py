@@ -47,11 +47,11 @@ from multiprocessing import connection
 
 import numpy as np
 
-from actors.runtime import Actor, Runtime
-from protocol.codec import encode
-from protocol.messages import AudioFrame, EndOfStream, Message, now_ns, stamp
-from tools.interpret import free_ports
-from tools.latency import percentile
+from voxweft.actors.runtime import Actor, Runtime
+from voxweft.protocol.codec import encode
+from voxweft.protocol.messages import AudioFrame, EndOfStream, Message, now_ns, stamp
+from voxweft.tools.interpret import free_ports
+from voxweft.tools.latency import percentile
 
 TRANSPORTS = ("ipc", "tcp")
 MODES = ("realtime", "flood")
@@ -408,9 +408,9 @@ def format_table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.busbench``: run every transport and mode and print a table."""
-    parser = argparse.ArgumentParser(prog="python -m tools.busbench", description=__doc__
-                                     .splitlines()[0])
+    """``python -m voxweft.tools.bench.busbench``: every transport and mode, as a table."""
+    parser = argparse.ArgumentParser(prog="python -m voxweft.tools.bench.busbench",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="length of realtime runs")
     parser.add_argument("--frames", type=int, default=20000, help="frames in flood runs")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
