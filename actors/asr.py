@@ -11,9 +11,9 @@ import numpy as np
 
 from voxweft.actors import budget, engines
 from voxweft.actors.drafts import Drafts
-from voxweft.actors.engines.asr import RATE
 from voxweft.actors.runtime import Actor
 from voxweft.protocol.messages import (
+    BUS_RATE,
     Cut,
     Done,
     Message,
@@ -106,12 +106,12 @@ class AsrActor(Actor):
     def warmup(self) -> None:
         """One decode of quiet noise (lazy setup), then the budget: 12 s of known speech."""
         rng = np.random.default_rng(0)
-        self.engine.transcribe((rng.standard_normal(RATE) * 0.001).astype(np.float32),
+        self.engine.transcribe((rng.standard_normal(BUS_RATE) * 0.001).astype(np.float32),
                                self.config.src_lang)
         audio, _text = budget.sample_speech()
         lang = "en" if "en" in self.engine.languages() else self.config.src_lang
         self.budget = budget.with_variants(budget.measure(
-            lambda: (self.engine.transcribe(audio, lang),), len(audio) / RATE), self.engine)
+            lambda: (self.engine.transcribe(audio, lang),), len(audio) / BUS_RATE), self.engine)
 
     def _worth_checking(self, utt: str) -> bool:
         """Whether a grown utterance can confirm its last pause as a clause end.
@@ -192,9 +192,9 @@ class AsrActor(Actor):
         taken = text is not None
         if text is None:
             pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
-            if msg.sample_rate != RATE:
+            if msg.sample_rate != BUS_RATE:
                 import soxr
-                pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, RATE)
+                pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, BUS_RATE)
             pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
             text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from voxweft.protocol.messages import BUS_RATE
+
 #: The known speech the engines are measured on: 12 s of English (three LJ Speech lines).
 SAMPLE_WAV = Path(__file__).resolve().with_name("samples") / "demo-en.wav"
 SAMPLE_TEXT = SAMPLE_WAV.with_suffix(".txt")
@@ -90,8 +92,8 @@ def sample_speech():
     import soundfile as sf
 
     audio, rate = sf.read(str(SAMPLE_WAV), dtype="float32")
-    if rate != 16000:
-        raise RuntimeError(f"{SAMPLE_WAV} is {rate} Hz, expected 16000")
+    if rate != BUS_RATE:
+        raise RuntimeError(f"{SAMPLE_WAV} is {rate} Hz, expected {BUS_RATE}")
     return audio, SAMPLE_TEXT.read_text(encoding="utf-8")
 
 

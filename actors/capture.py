@@ -15,9 +15,8 @@ import soxr
 
 from voxweft.actors.runtime import Actor, StartupError
 from voxweft.actors.settings.actors import ACTOR_NAMES
-from voxweft.protocol.messages import AudioFrame, EndOfStream, Message, Status
+from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, Status
 
-PIPELINE_RATE = 16000
 READ_BLOCK_S = 0.5   # file read granularity: bounded memory for a 30-minute recording
 
 log = logging.getLogger("voxweft.capture")
@@ -27,8 +26,8 @@ class FrameAssembler:
     """Mixes down, resamples (libsoxr, HQ) and cuts audio into fixed frames."""
 
     def __init__(self, in_rate: int, frame_samples: int) -> None:
-        self.resampler = (soxr.ResampleStream(in_rate, PIPELINE_RATE, 1, dtype="float32")
-                          if in_rate != PIPELINE_RATE else None)
+        self.resampler = (soxr.ResampleStream(in_rate, BUS_RATE, 1, dtype="float32")
+                          if in_rate != BUS_RATE else None)
         self.frame_samples = frame_samples
         self.pending = np.zeros(0, np.float32)
 
@@ -76,7 +75,7 @@ class FileSource:
         self.file.seek(frame)
         self.assembler = FrameAssembler(rate, self.frame_samples)
         self.ended = False
-        return round(frame * PIPELINE_RATE / rate)
+        return round(frame * BUS_RATE / rate)
 
     def describe(self) -> str:
         """One line about the input format."""
@@ -126,7 +125,7 @@ class MicrophoneSource:
         self.assembler = FrameAssembler(self.rate, frame_samples)
         # Fixed blocks of one pipeline frame's duration: the queue bound is then exact in
         # milliseconds, and a block's time anchors at most one frame.
-        self.block = max(1, round(self.rate * frame_samples / PIPELINE_RATE))
+        self.block = max(1, round(self.rate * frame_samples / BUS_RATE))
         blocks = max(1, round(queue_ms * self.rate / 1000 / self.block))
         self.queue: queue.Queue[tuple[int, int, np.ndarray]] = queue.Queue(maxsize=blocks)
         self.counters = counters
@@ -205,7 +204,7 @@ class MicrophoneSource:
         for pcm in self.assembler.push(block):
             # The frame's first sample, in device samples, measured from the anchor block;
             # soxr's stream output is aligned with its input (its delay is compensated).
-            position = self.out_samples * self.rate / PIPELINE_RATE
+            position = self.out_samples * self.rate / BUS_RATE
             anchor_pos, anchor_ns = self.anchor or (0, time.time_ns())
             out.append((pcm, anchor_ns + int((position - anchor_pos) * 1e9 / self.rate)))
             self.out_samples += len(pcm)
@@ -228,7 +227,7 @@ class CaptureActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.frame_samples = PIPELINE_RATE * config.frame_ms // 1000
+        self.frame_samples = BUS_RATE * config.frame_ms // 1000
         self.source = None
         self.statuses: dict[str, Status] = {}
         self.started_at: float | None = None
@@ -361,7 +360,7 @@ class CaptureActor(Actor):
         seg = self.statuses.get("segmenter")
         if seg is None or seg.stream != self.stream:
             return 0.0
-        return self.sent_samples / PIPELINE_RATE - seg.media_ms / 1000
+        return self.sent_samples / BUS_RATE - seg.media_ms / 1000
 
     def _drop(self, pcm: np.ndarray) -> None:
         """Drop a live frame, counted, rather than let a socket queue overflow.
@@ -370,7 +369,7 @@ class CaptureActor(Actor):
         keeps its true time. Seen in the heartbeat (dropped_ms, behind_ms), `voxweft status`,
         `watch` and the bench report.
         """
-        ms = len(pcm) * 1000 // PIPELINE_RATE
+        ms = len(pcm) * 1000 // BUS_RATE
         self.counters["behind_ms"] += ms
         self.counters["dropped_ms"] += ms
         self.sent_samples += len(pcm)
@@ -397,14 +396,14 @@ class CaptureActor(Actor):
         self.feeding = seg.epoch if seg is not None else 0
         self.ready_frames.clear()
         self.sent_samples = self.source.seek(media_s)
-        self.fed_from_ms = self.sent_samples * 1000 // PIPELINE_RATE
+        self.fed_from_ms = self.sent_samples * 1000 // BUS_RATE
         self.eos_sent = False
         # Real-time pacing goes on from here: the file is "spoken" from this point now.
-        self.started_at = time.monotonic() - self.sent_samples / PIPELINE_RATE / self._speed()
-        self.start_ns = time.time_ns() - self.sent_samples * 10**9 // PIPELINE_RATE
+        self.started_at = time.monotonic() - self.sent_samples / BUS_RATE / self._speed()
+        self.start_ns = time.time_ns() - self.sent_samples * 10**9 // BUS_RATE
         if self.sent_samples:
             self.log.info("capture: sending %s from %.2f s to segmenter epoch %d",
-                          self.stream, self.sent_samples / PIPELINE_RATE, self.feeding)
+                          self.stream, self.sent_samples / BUS_RATE, self.feeding)
 
     def _speed(self) -> float:
         return self.config.fast_speed if self.config.fast else 1.0
@@ -429,7 +428,7 @@ class CaptureActor(Actor):
         # Until the segmenter has a frame of ours, it stands where we started feeding it
         # (after a rewind to minute 5 it is not 5 minutes behind).
         consumed_ms = seg.media_ms if seg.stream == self.stream else self.fed_from_ms
-        ahead_s = (self.sent_samples / PIPELINE_RATE) - consumed_ms / 1000
+        ahead_s = (self.sent_samples / BUS_RATE) - consumed_ms / 1000
         return ahead_s < self.config.max_ahead_s and \
             seg.outstanding < self.config.max_outstanding
 
@@ -457,20 +456,20 @@ class CaptureActor(Actor):
                 if not self.ready_frames:
                     break
             # A frame goes out once its last sample is due, as from a real microphone.
-            if (self.sent_samples + len(self.ready_frames[0])) / PIPELINE_RATE > due_s:
+            if (self.sent_samples + len(self.ready_frames[0])) / BUS_RATE > due_s:
                 break
             budget -= 1
             yield from self._frames([self.ready_frames.popleft()], None)
         if self.source.ended and not self.ready_frames:
             self.eos_sent = True
-            yield EndOfStream(media_s=self.sent_samples / PIPELINE_RATE, stream=self.stream,
+            yield EndOfStream(media_s=self.sent_samples / BUS_RATE, stream=self.stream,
                               for_epoch=self.feeding)
             self.log.info("capture: end of file after %.2f s of audio",
-                          self.sent_samples / PIPELINE_RATE)
+                          self.sent_samples / BUS_RATE)
 
     def _frames(self, frames: list[np.ndarray], mic_ns: int | None) -> Iterator[AudioFrame]:
         for pcm in frames:
-            media_s = self.sent_samples / PIPELINE_RATE
+            media_s = self.sent_samples / BUS_RATE
             if mic_ns is not None:
                 capture_ns = mic_ns
             elif self.config.fast:
@@ -480,7 +479,7 @@ class CaptureActor(Actor):
                 capture_ns = self.start_ns + int(media_s * 1e9)
             self.sent += 1
             self.sent_samples += len(pcm)
-            yield AudioFrame(sample_rate=PIPELINE_RATE, pcm=pcm, media_s=media_s,
+            yield AudioFrame(sample_rate=BUS_RATE, pcm=pcm, media_s=media_s,
                              capture_ns=capture_ns, stream=self.stream, for_epoch=self.feeding)
 
     def tick_interval_s(self) -> float:

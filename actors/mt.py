@@ -7,7 +7,15 @@ from collections.abc import Iterator
 from voxweft.actors import budget, engines
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.runtime import Actor
-from voxweft.protocol.messages import Message, Transcript, Translation, is_draft, now_ns, traced
+from voxweft.protocol.messages import (
+    BUS_RATE,
+    Message,
+    Transcript,
+    Translation,
+    is_draft,
+    now_ns,
+    traced,
+)
 
 
 class MtActor(Actor):
@@ -37,7 +45,7 @@ class MtActor(Actor):
         audio, text = budget.sample_speech()
         self.budget = budget.measure(
             lambda: [self.engine.translate(line, src, tgt) for line in text.splitlines()],
-            len(audio) / 16000)
+            len(audio) / BUS_RATE)
 
     def close(self) -> None:
         """End engine helpers (apertium keeps a pipeline of processes per direction)."""

@@ -18,6 +18,7 @@ from voxweft.actors.vad import (
     UtteranceSegmenter,
 )
 from voxweft.protocol.messages import (
+    BUS_RATE,
     AudioFrame,
     Cut,
     EndOfStream,
@@ -30,7 +31,6 @@ from voxweft.protocol.messages import (
     trace_ns,
 )
 
-RATE = 16000
 STUCK_PLAYBACK_NS = 120 * 10**9   # a "started" with no "finished" (player died) stops gating
 
 
@@ -85,7 +85,7 @@ class SegmenterActor(Actor):
 
     def warmup(self) -> None:
         """Run the VAD on silence once, then start from a clean state."""
-        self.segmenter.push(np.zeros(RATE // 2, np.float32))
+        self.segmenter.push(np.zeros(BUS_RATE // 2, np.float32))
         self._reset()
 
     def _reset(self, stream: str = "", sample: int = 0) -> None:
@@ -94,7 +94,7 @@ class SegmenterActor(Actor):
         self.segmenter = UtteranceSegmenter(self.vad_config, self.vad)
         self.segmenter.start_at(sample)
         self.stream, self.next_sample = stream, sample
-        self.media_ms = sample * 1000 // RATE
+        self.media_ms = sample * 1000 // BUS_RATE
         self.frame_times.clear()
         self.ids.clear()
 
@@ -107,7 +107,7 @@ class SegmenterActor(Actor):
         later = now_ns()
         for first, wall in reversed(self.frame_times):
             if first <= sample:
-                return min(wall + int((sample - first) * 1e9 / RATE), later)
+                return min(wall + int((sample - first) * 1e9 / BUS_RATE), later)
             later = wall
         return self.frame_times[0][1] if self.frame_times else now_ns()
 
@@ -146,7 +146,7 @@ class SegmenterActor(Actor):
         """The open utterance's words are agreed (by asr) up to an earlier pause: commit them."""
         index = next((i for i, utt in self.ids.items() if utt == msg.utt), None)
         events = [] if index is None or msg.stream != self.stream else self.segmenter.cut(
-            round(msg.media_end_s * RATE), round(msg.speech_end_s * RATE))
+            round(msg.media_end_s * BUS_RATE), round(msg.speech_end_s * BUS_RATE))
         if not events:
             self.counters["cuts_late"] += 1   # it has ended (or been cut) meanwhile
             return
@@ -177,7 +177,7 @@ class SegmenterActor(Actor):
             return
         if not isinstance(msg, AudioFrame):
             return
-        first = round(msg.media_s * RATE)
+        first = round(msg.media_s * BUS_RATE)
         if msg.stream != self.stream:
             if self.stream:
                 self.log.info("segmenter: a new audio stream; closing the open utterance")
@@ -189,12 +189,12 @@ class SegmenterActor(Actor):
             # The same source went back: it sends again what a crash may have lost. The
             # open utterance comes again with it.
             self.log.info("segmenter: source rewound from %.2f to %.2f s",
-                          self.next_sample / RATE, first / RATE)
+                          self.next_sample / BUS_RATE, first / BUS_RATE)
             self.counters["rewinds"] += 1
             self._reset(msg.stream, first)
         self.feeder = msg.epoch
         pcm = msg.pcm
-        if msg.sample_rate != RATE or pcm.ndim != 1:
+        if msg.sample_rate != BUS_RATE or pcm.ndim != 1:
             self.counters["bad_format"] += 1
             self.log.warning("segmenter: dropped a frame of %d Hz x %d ch; capture must send "
                              "16 kHz mono", msg.sample_rate, 1 if pcm.ndim == 1 else pcm.shape[1])
@@ -221,14 +221,14 @@ class SegmenterActor(Actor):
             self.next_sample = first
         self.frame_times.append((self.next_sample, msg.capture_ns))
         self.next_sample += len(pcm)
-        self.media_ms = self.next_sample * 1000 // RATE
+        self.media_ms = self.next_sample * 1000 // BUS_RATE
         yield from self._events(self.segmenter.push(pcm))
 
     def _events(self, events) -> Iterator[Message]:
         for event in events:
             if isinstance(event, SpeechStarted):
                 yield VadEvent(utt=self._utt_id(event.index), event="start",
-                               media_s=event.sample / RATE, wall_ns=self._wall_ns(event.sample))
+                               media_s=event.sample / BUS_RATE, wall_ns=self._wall_ns(event.sample))
             elif isinstance(event, SpeechDiscarded):
                 yield VadEvent(utt=self._utt_id(event.index, close=True), event="discard",
                                wall_ns=now_ns())
@@ -245,7 +245,7 @@ class SegmenterActor(Actor):
                 u = event.utterance
                 utt = self._utt_id(u.index, close=True)
                 self.utterances += 1
-                yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / RATE,
+                yield VadEvent(utt=utt, event="end", media_s=u.speech_end_sample / BUS_RATE,
                                wall_ns=self._wall_ns(u.speech_end_sample))
                 yield self._segment(u, utt, final=True)
                 yield self._voice(u, utt)
@@ -255,19 +255,20 @@ class SegmenterActor(Actor):
 
         Only a subscriber gets it (see Voice).
         """
-        return Voice(utt=utt, stream=self.stream, sample_rate=RATE,
+        return Voice(utt=utt, stream=self.stream, sample_rate=BUS_RATE,
                      pcm=u.pcm[u.speech_start_sample - u.start_sample:
                                u.speech_end_sample - u.start_sample])
 
     def _segment(self, u, utt: str, final: bool, growing: bool = False) -> Segment:
         """Utterance `u` for asr: committed (`final`), or a draft (at a pause, or grown)."""
         trace = (
-            ("capture", self._wall_ns(u.start_sample), u.start_sample / RATE),
-            ("speech_start", self._wall_ns(u.speech_start_sample), u.speech_start_sample / RATE),
-            ("speech_end", self._wall_ns(u.speech_end_sample), u.speech_end_sample / RATE),
-            ("segment", now_ns(), u.end_sample / RATE),
+            ("capture", self._wall_ns(u.start_sample), u.start_sample / BUS_RATE),
+            ("speech_start", self._wall_ns(u.speech_start_sample),
+             u.speech_start_sample / BUS_RATE),
+            ("speech_end", self._wall_ns(u.speech_end_sample), u.speech_end_sample / BUS_RATE),
+            ("segment", now_ns(), u.end_sample / BUS_RATE),
         )
         return Segment(utt=utt, stream=self.stream, src_lang=self.config.src_lang,
-                       sample_rate=RATE, pcm=u.pcm,
-                       media_start_s=u.start_sample / RATE, media_end_s=u.end_sample / RATE,
+                       sample_rate=BUS_RATE, pcm=u.pcm,
+                       media_start_s=u.start_sample / BUS_RATE, media_end_s=u.end_sample / BUS_RATE,
                        forced=u.forced, final=final, growing=growing, trace=trace)

@@ -14,6 +14,7 @@ from voxweft.actors.drafts import Drafts
 from voxweft.actors.runtime import Actor
 from voxweft.actors.voice import VoiceMemory
 from voxweft.protocol.messages import (
+    BUS_RATE,
     Message,
     PlaybackEvent,
     SpeechChunk,
@@ -182,7 +183,7 @@ class TtsActor(Actor):
             self.timeline.heard(msg, now_ns())
             return
         if isinstance(msg, Voice):
-            if self.voices is not None and msg.sample_rate == 16000 and msg.pcm.ndim == 1:
+            if self.voices is not None and msg.sample_rate == BUS_RATE and msg.pcm.ndim == 1:
                 self.voices.add(msg.utt, msg.pcm, msg.sample_rate)
             else:
                 self.counters["voice_bad_format"] += 1

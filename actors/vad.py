@@ -26,9 +26,7 @@ import numpy as np
 import onnxruntime
 
 from voxweft.actors.settings.actors import SegmenterConfig
-
-SAMPLE_RATE = 16_000
-"""Sample rate (Hz) of every stream handled here."""
+from voxweft.protocol.messages import BUS_RATE
 
 WINDOW_SAMPLES = 512
 """Samples per VAD window (32 ms); Silero v6 at 16 kHz is trained on exactly this size."""
@@ -166,7 +164,7 @@ class Utterance:
     @property
     def duration_s(self) -> float:
         """Length of ``pcm`` in seconds."""
-        return (self.end_sample - self.start_sample) / SAMPLE_RATE
+        return (self.end_sample - self.start_sample) / BUS_RATE
 
 
 @dataclass(frozen=True)
@@ -300,7 +298,7 @@ class UtteranceSegmenter:
         """Validate ``config``; ``vad`` is reset and owned for the stream from here on."""
         self.config = config
         self._vad = vad
-        ms = SAMPLE_RATE // 1000
+        ms = BUS_RATE // 1000
         self._threshold = config.threshold
         self._neg_threshold = config.neg_threshold
         self._min_speech = config.min_speech_ms * ms
@@ -309,9 +307,9 @@ class UtteranceSegmenter:
         self._recheck = config.recheck_ms * ms
         self._pre_roll = config.pre_roll_ms * ms
         self._post_roll = config.post_roll_ms * ms
-        self._max_segment = int(config.max_segment_s * SAMPLE_RATE)
+        self._max_segment = int(config.max_segment_s * BUS_RATE)
         lookback = min(SPLIT_LOOKBACK_S, config.max_segment_s / 2)
-        self._lookback_windows = max(1, int(lookback * SAMPLE_RATE) // WINDOW_SAMPLES)
+        self._lookback_windows = max(1, int(lookback * BUS_RATE) // WINDOW_SAMPLES)
         self._next_index = 0
         self._reset_stream()
 

@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 
 from voxweft.actors.engines.tts import Reference
+from voxweft.protocol.messages import BUS_RATE
 
-RATE = 16000
-FRAME = RATE // 50          # 20 ms
+FRAME = BUS_RATE // 50          # 20 ms
 #: A frame is voiced when its RMS is within this of the loudest frames' level (dB).
 VOICED_DB = 30.0
 #: Below this RMS a frame is never voiced (digital silence, the echo gate's zeros).
@@ -68,21 +68,21 @@ class VoiceMemory:
         if not 0 < min_s <= max_s:
             raise ValueError(f"need 0 < min_s <= max_s, got {min_s} and {max_s}")
         self.min_s, self.max_s = min_s, max_s
-        self.keep, self.keep_samples = keep, int(keep_s * RATE)
+        self.keep, self.keep_samples = keep, int(keep_s * BUS_RATE)
         self.utterances: collections.OrderedDict[str, _Utterance] = collections.OrderedDict()
 
     @property
     def held_s(self) -> float:
         """Seconds of audio held (as received), which the bounds keep small."""
-        return sum(len(u.pcm) for u in self.utterances.values()) / RATE
+        return sum(len(u.pcm) for u in self.utterances.values()) / BUS_RATE
 
     def add(self, utt: str, pcm: np.ndarray, sample_rate: int) -> None:
         """Keep `utt`'s speech (16 kHz mono); forget the oldest beyond the bounds.
 
         An utterance heard again (its draft first, then the whole of it) keeps the newest.
         """
-        if sample_rate != RATE or pcm.ndim != 1:
-            raise ValueError(f"a voice must be {RATE} Hz mono, got {sample_rate} Hz "
+        if sample_rate != BUS_RATE or pcm.ndim != 1:
+            raise ValueError(f"a voice must be {BUS_RATE} Hz mono, got {sample_rate} Hz "
                              f"with shape {pcm.shape}")
         pcm = np.asarray(pcm, np.float32)
         text = self.utterances[utt].text if utt in self.utterances else ""
@@ -106,7 +106,7 @@ class VoiceMemory:
         items = list(self.utterances.values())
         end = next((i for i, u in enumerate(items) if u.utt == utt), len(items) - 1)
         parts, total, keys = [], 0, []
-        limit = int(self.max_s * RATE)
+        limit = int(self.max_s * BUS_RATE)
         for u in reversed(items[: end + 1]):
             if total >= limit:
                 break
@@ -115,14 +115,14 @@ class VoiceMemory:
                 parts.append(take)
                 keys.append(u.utt)
                 total += len(take)
-        if total < self.min_s * RATE:
+        if total < self.min_s * BUS_RATE:
             return None
         return Reference(key="+".join(reversed(keys)), pcm=np.concatenate(parts[::-1]),
-                         sample_rate=RATE)
+                         sample_rate=BUS_RATE)
 
     def prompt(self, utt: str) -> Reference | None:
         """`utt`'s own speech with its words (for a prompt), if both are known and long enough."""
         u = self.utterances.get(utt)
-        if u is None or not u.text or len(u.pcm) < self.min_s * RATE:
+        if u is None or not u.text or len(u.pcm) < self.min_s * BUS_RATE:
             return None
-        return Reference(key=f"{utt}:prompt", pcm=u.pcm, sample_rate=RATE, text=u.text)
+        return Reference(key=f"{utt}:prompt", pcm=u.pcm, sample_rate=BUS_RATE, text=u.text)

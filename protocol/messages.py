@@ -25,6 +25,10 @@ MAJOR = 1
 TraceEvent = tuple[str, int, "float | None"]
 Trace = tuple[TraceEvent, ...]
 
+#: The bus's PCM rate (Hz): capture publishes 16 kHz mono, and every stage up to the
+#: translation reads it (the one place this rate is declared).
+BUS_RATE = 16_000
+
 #: PCM sample formats allowed on the wire.
 PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
 
@@ -67,7 +71,7 @@ class Message:
 class PcmMessage(Message):
     """A message whose audio travels raw in its own frame, described by the header."""
 
-    sample_rate: int = 16000
+    sample_rate: int = BUS_RATE
     pcm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), compare=False)
 
     @property

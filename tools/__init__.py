@@ -1,1 +1,5 @@
-"""What a person runs beside the pipeline: CLI, interpret, tap, replay."""
+"""The top layer: what a person runs.
+
+The CLI (`voxweft`) and its commands (interpret, tap and replay, watch, captions, models,
+languages, voicecheck) and the bench (`tools.bench`).
+"""

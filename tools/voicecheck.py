@@ -27,9 +27,9 @@ import numpy as np
 
 from voxweft.actors import engines
 from voxweft.actors.engines.tts import Reference
+from voxweft.protocol.messages import BUS_RATE
 from voxweft.tools.bench import metrics as benchmetrics
 
-RATE = 16000
 MODES = ("default", "reference", "prompt")
 
 
@@ -59,7 +59,7 @@ def _clips(corpus: Path, src: str, tgt: str, limit: int, mt) -> list[Clip]:
             continue   # a prompt needs the clip's words
         audio, rate = sf.read(str(item.path), dtype="float32", always_2d=True)
         mono = audio.mean(axis=1)
-        pcm = soxr.resample(mono, rate, RATE) if rate != RATE else mono
+        pcm = soxr.resample(mono, rate, BUS_RATE) if rate != BUS_RATE else mono
         translation = item.ref_translation or mt.translate(item.ref_text, src, tgt)
         clips.append(Clip(item.name, np.ascontiguousarray(pcm, np.float32), item.ref_text,
                           translation))
@@ -83,8 +83,8 @@ class _Judge:
         self.asr = asr
 
     def embed(self, pcm16k: np.ndarray) -> np.ndarray | None:
-        wav = self._prep(np.asarray(pcm16k, np.float32), source_sr=RATE)
-        return self.encoder.embed_utterance(wav) if len(wav) >= RATE // 2 else None
+        wav = self._prep(np.asarray(pcm16k, np.float32), source_sr=BUS_RATE)
+        return self.encoder.embed_utterance(wav) if len(wav) >= BUS_RATE // 2 else None
 
     def language(self, pcm16k: np.ndarray) -> dict[str, float]:
         """Whisper's language probabilities for `pcm16k`."""
@@ -130,13 +130,13 @@ def check(topology, corpus: Path, out: Path, limit: int = 5, modes=MODES) -> dic
     for clip in clips:
         for mode in modes:
             voice = None if mode == "default" else Reference(
-                key=f"{clip.name}:{mode}", pcm=clip.pcm, sample_rate=RATE,
+                key=f"{clip.name}:{mode}", pcm=clip.pcm, sample_rate=BUS_RATE,
                 text=clip.text if mode == "prompt" else "")
             start = time.monotonic()
             audio = np.concatenate([np.zeros(0, np.float32),
                                     *tts.synthesize(clip.translation, tgt, voice=voice)])
             made_s = time.monotonic() - start
-            pcm = soxr.resample(audio, tts.sample_rate, RATE) if len(audio) else audio
+            pcm = soxr.resample(audio, tts.sample_rate, BUS_RATE) if len(audio) else audio
             probs = judge.language(pcm) if len(pcm) else {}
             heard = asr.transcribe(np.ascontiguousarray(pcm, np.float32), tgt) if len(pcm) \
                 else ""

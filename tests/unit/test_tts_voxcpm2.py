@@ -19,9 +19,9 @@ from voxweft.actors import engines
 from voxweft.actors.engines.tts import Reference
 from voxweft.actors.engines.tts.stretch import time_stretch
 from voxweft.actors.tts import TtsActor
-from voxweft.actors.voice import RATE, VoiceMemory, voiced
+from voxweft.actors.voice import VoiceMemory, voiced
 from voxweft.deploy.topology import load, parse
-from voxweft.protocol.messages import SpeechChunk, Translation, Voice
+from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Translation, Voice
 
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(
     importlib.util.find_spec(p) is None, reason=f"{p} is not installed (tools/install.sh)"))
@@ -41,14 +41,14 @@ def runaway(tmp_path_factory):
 
 def _speech(seed: int, seconds: float = 5.0) -> np.ndarray:
     """A voice-like signal: a few harmonics, amplitude-modulated like syllables."""
-    t = np.arange(int(seconds * RATE)) / RATE
+    t = np.arange(int(seconds * BUS_RATE)) / BUS_RATE
     f0 = 110 + 40 * seed
     tone = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6))
     return (0.2 * tone * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))).astype(np.float32)
 
 
 def _ref(seed: int) -> Reference:
-    return Reference(key=f"r{seed}", pcm=_speech(seed), sample_rate=RATE)
+    return Reference(key=f"r{seed}", pcm=_speech(seed), sample_rate=BUS_RATE)
 
 
 def _engine(model, backend, **settings):
@@ -106,7 +106,7 @@ def test_the_real_weights_are_catalogue_entries_until_fetched(tmp_path, monkeypa
             e.load()
 
 
-def _write_wav(path, pcm, rate=RATE):
+def _write_wav(path, pcm, rate=BUS_RATE):
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
@@ -135,7 +135,7 @@ def test_48k_audio_in_the_given_voice(tiny, backend):
 def test_a_voice_with_its_words_is_a_prompt_not_a_reference(tiny, backend):
     e = _engine(tiny, backend)
     ref = _ref(0)
-    prompt = Reference(key="p", pcm=ref.pcm, sample_rate=RATE, text="Good morning to you all.")
+    prompt = Reference(key="p", pcm=ref.pcm, sample_rate=BUS_RATE, text="Good morning to you all.")
     a, b = _audio(e, voice=ref), _audio(e, voice=prompt)
     assert len(a) != len(b) or not np.allclose(a, b, atol=1e-4)
 
@@ -206,25 +206,25 @@ def test_the_4bit_mlx_conversion_speaks(tiny, tmp_path):
 
 def test_voiced_drops_pauses_and_the_echo_gates_zeros():
     speech = _speech(0, 2.0)
-    pcm = np.concatenate([speech, np.zeros(RATE, np.float32),            # gated: zeros
-                          1e-4 * np.ones(RATE // 2, np.float32), speech])  # room noise
+    pcm = np.concatenate([speech, np.zeros(BUS_RATE, np.float32),            # gated: zeros
+                          1e-4 * np.ones(BUS_RATE // 2, np.float32), speech])  # room noise
     kept = voiced(pcm)
     assert abs(len(kept) - 2 * len(speech)) <= 2 * 320
-    dip = 2e-3 * np.ones(RATE // 10, np.float32)   # 100 ms quiet between syllables: kept
+    dip = 2e-3 * np.ones(BUS_RATE // 10, np.float32)   # 100 ms quiet between syllables: kept
     assert len(voiced(np.concatenate([speech, dip, speech]))) == 2 * len(speech) + len(dip)
-    gated = np.zeros(RATE // 10, np.float32)      # 100 ms the echo gate took: never kept
+    gated = np.zeros(BUS_RATE // 10, np.float32)      # 100 ms the echo gate took: never kept
     assert len(voiced(np.concatenate([speech, gated, speech]))) == 2 * len(speech)
 
 
 def test_the_memory_is_bounded_and_a_reference_ends_at_its_utterance():
     memory = VoiceMemory(min_s=3.0, max_s=10.0, keep=4)
-    memory.add("u0", _speech(0, 2.0), RATE)
+    memory.add("u0", _speech(0, 2.0), BUS_RATE)
     assert memory.reference("u0") is None                  # 2 s: too little yet
-    memory.add("u1", _speech(1, 2.0), RATE)
+    memory.add("u1", _speech(1, 2.0), BUS_RATE)
     ref = memory.reference("u1")
     assert ref.key == "u0+u1" and abs(ref.duration_s - 4.0) < 0.05
     for i in range(2, 8):
-        memory.add(f"u{i}", _speech(i % 3, 4.0), RATE)
+        memory.add(f"u{i}", _speech(i % 3, 4.0), BUS_RATE)
     assert list(memory.utterances) == ["u4", "u5", "u6", "u7"] and memory.held_s == 16.0
     ref = memory.reference("u5")                            # not the later u6, u7
     assert ref.key == "u4+u5" and abs(ref.duration_s - 8.0) < 0.05
@@ -237,9 +237,9 @@ def test_the_memory_is_bounded_and_a_reference_ends_at_its_utterance():
 
 def test_a_draft_voice_is_replaced_by_the_whole_utterance_and_keeps_its_words():
     memory = VoiceMemory(min_s=1.0, max_s=10.0)
-    memory.add("u0", _speech(0, 1.5), RATE)
+    memory.add("u0", _speech(0, 1.5), BUS_RATE)
     memory.words("u0", "hello there")
-    memory.add("u0", _speech(0, 3.0), RATE)
+    memory.add("u0", _speech(0, 3.0), BUS_RATE)
     assert abs(memory.reference("u0").duration_s - 3.0) < 0.05
     prompt = memory.prompt("u0")
     assert prompt.text == "hello there" and prompt.key == "u0:prompt"
@@ -256,7 +256,7 @@ def test_tts_speaks_a_translation_in_the_voice_the_segmenter_heard(tiny, backend
     actor = TtsActor(topo, topo.actors["tts"])
     assert ("segmenter", b"voice.") in actor.subscriptions()
     say = Translation(utt="u1", src_lang="en", tgt_lang="pt", source_text="-", text=TEXT)
-    run_actor(actor, [Voice(utt="u1", pcm=_speech(0), sample_rate=RATE)], src="segmenter")
+    run_actor(actor, [Voice(utt="u1", pcm=_speech(0), sample_rate=BUS_RATE)], src="segmenter")
     out = run_actor(actor, [say], src="mt", loaded=True)
     audio = np.concatenate([m.pcm for m in out if isinstance(m, SpeechChunk)])
     assert actor.counters["voice_speaker"] == 1

@@ -20,7 +20,6 @@ from faster_whisper.vad import SileroVADModel
 from tests.conftest import CORPUS
 from voxweft.actors.vad import (
     RECHECKS,
-    SAMPLE_RATE,
     SPLIT_LOOKBACK_S,
     WINDOW_SAMPLES,
     SegmenterConfig,
@@ -33,6 +32,7 @@ from voxweft.actors.vad import (
     UtterancePaused,
     UtteranceSegmenter,
 )
+from voxweft.protocol.messages import BUS_RATE
 
 FRAME = 320  # 20 ms at 16 kHz
 CLIPS = ["LJ001-0002", "LJ001-0004", "LJ001-0006", "LJ001-0008", "LJ001-0013"]
@@ -43,7 +43,7 @@ CLIPS = ["LJ001-0002", "LJ001-0004", "LJ001-0006", "LJ001-0008", "LJ001-0013"]
 
 
 def silence(seconds: float) -> np.ndarray:
-    return np.zeros(round(seconds * SAMPLE_RATE), dtype=np.float32)
+    return np.zeros(round(seconds * BUS_RATE), dtype=np.float32)
 
 
 def loud_range(clip: np.ndarray) -> tuple[int, int]:
@@ -131,7 +131,7 @@ def clips() -> dict[str, np.ndarray]:
     out = {}
     for name in CLIPS:
         audio, rate = soundfile.read(CORPUS / f"{name}.wav", dtype="float32")
-        out[name] = soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
+        out[name] = soxr.resample(audio, rate, BUS_RATE).astype(np.float32)
     return out
 
 
@@ -201,7 +201,7 @@ def test_two_clips_give_two_utterances_with_exact_pcm(vad, two_clip_stream):
     found = utterances(events)
 
     assert [u.index for u in found] == [0, 1]
-    pre_roll = config.pre_roll_ms * SAMPLE_RATE // 1000
+    pre_roll = config.pre_roll_ms * BUS_RATE // 1000
     for utterance, (first_loud, last_loud) in zip(found, loud_ranges, strict=True):
         assert not utterance.forced
         assert utterance.start_sample < first_loud and utterance.end_sample > last_loud
@@ -231,7 +231,7 @@ def test_frame_size_does_not_change_utterances(vad, two_clip_stream, frame):
 
 def test_silence_and_low_noise_produce_no_events(vad):
     rng = np.random.default_rng(0)
-    noise = rng.normal(0.0, 0.001, 5 * SAMPLE_RATE).astype(np.float32)  # ~0.001 rms
+    noise = rng.normal(0.0, 0.001, 5 * BUS_RATE).astype(np.float32)  # ~0.001 rms
     stream, _ = build(silence(5), noise)
     segmenter = UtteranceSegmenter(SegmenterConfig(), vad)
     assert feed(segmenter, stream) == []
@@ -241,16 +241,16 @@ def test_idle_memory_stays_at_pre_roll(vad):
     config = SegmenterConfig()
     segmenter = UtteranceSegmenter(config, vad)
     rng = np.random.default_rng(3)
-    bound = config.pre_roll_ms * SAMPLE_RATE // 1000 + WINDOW_SAMPLES + FRAME
-    for _ in range(30 * SAMPLE_RATE // FRAME):  # 30 s of quiet noise
+    bound = config.pre_roll_ms * BUS_RATE // 1000 + WINDOW_SAMPLES + FRAME
+    for _ in range(30 * BUS_RATE // FRAME):  # 30 s of quiet noise
         assert segmenter.push(rng.normal(0.0, 0.001, FRAME).astype(np.float32)) == []
         assert segmenter.retained_samples <= bound
 
 
 def test_click_and_noise_bursts_are_dropped(vad):
     rng = np.random.default_rng(2)
-    burst = rng.normal(0.0, 0.3, SAMPLE_RATE // 10).astype(np.float32)  # 100 ms, loud
-    click = np.zeros(SAMPLE_RATE // 10, dtype=np.float32)
+    burst = rng.normal(0.0, 0.3, BUS_RATE // 10).astype(np.float32)  # 100 ms, loud
+    click = np.zeros(BUS_RATE // 10, dtype=np.float32)
     click[:80], click[80:160] = 0.9, -0.9
     stream, _ = build(silence(1), burst, silence(1), click, silence(1))
     events = feed(UtteranceSegmenter(SegmenterConfig(), vad), stream)
@@ -261,7 +261,7 @@ def test_click_and_noise_bursts_are_dropped(vad):
 def test_short_speech_burst_is_announced_then_discarded(vad, clips):
     # 100 ms of real speech: enough for Silero to cross the threshold, shorter than
     # min_speech_ms, so a listener that saw SpeechStarted must be told it is gone.
-    snippet = clips["LJ001-0004"][int(0.3 * SAMPLE_RATE) : int(0.4 * SAMPLE_RATE)]
+    snippet = clips["LJ001-0004"][int(0.3 * BUS_RATE) : int(0.4 * BUS_RATE)]
     stream, _ = build(silence(1), snippet, silence(1), clips["LJ001-0013"], silence(1))
     events = feed(UtteranceSegmenter(SegmenterConfig(), vad), stream)
     assert_events_paired(events)
@@ -288,7 +288,7 @@ def test_max_segment_splits_at_low_probability_points_without_losing_samples(vad
     config = SegmenterConfig(max_segment_s=4.0, hangover_ms=1000)  # long hangover: no natural cut
     speech = np.concatenate([trimmed(clips[name]) for name in CLIPS])
     stream, _ = build(silence(1), speech, silence(1))
-    max_samples = int(config.max_segment_s * SAMPLE_RATE)
+    max_samples = int(config.max_segment_s * BUS_RATE)
 
     segmenter = UtteranceSegmenter(config, vad)
     events, peak_retained = [], 0
@@ -317,7 +317,7 @@ def test_max_segment_splits_at_low_probability_points_without_losing_samples(vad
     # the split decision, at its centre, or at the decision point when no such window exists.
     vad.reset()
     probs = vad.process(stream)
-    lookback = int(min(SPLIT_LOOKBACK_S, config.max_segment_s / 2) * SAMPLE_RATE)
+    lookback = int(min(SPLIT_LOOKBACK_S, config.max_segment_s / 2) * BUS_RATE)
     lookback_windows = lookback // WINDOW_SAMPLES
     at_pause = 0
     for piece in pieces[:-1]:
@@ -339,10 +339,10 @@ def test_max_segment_splits_at_low_probability_points_without_losing_samples(vad
 
 def test_max_segment_hard_cut_without_any_pause():
     # Probability 0.9 everywhere after 1 s: no window qualifies as a cut point.
-    vad = ScriptedVad(lambda k: 0.9 if k * WINDOW_SAMPLES >= SAMPLE_RATE else 0.0)
+    vad = ScriptedVad(lambda k: 0.9 if k * WINDOW_SAMPLES >= BUS_RATE else 0.0)
     config = SegmenterConfig(max_segment_s=2.0, pre_roll_ms=0)
-    max_samples = int(config.max_segment_s * SAMPLE_RATE)
-    stream = np.random.default_rng(4).normal(0, 0.1, 9 * SAMPLE_RATE).astype(np.float32)
+    max_samples = int(config.max_segment_s * BUS_RATE)
+    stream = np.random.default_rng(4).normal(0, 0.1, 9 * BUS_RATE).astype(np.float32)
     events = feed(UtteranceSegmenter(config, vad), stream)
     assert_events_paired(events)
     pieces = utterances(events)
@@ -359,13 +359,13 @@ def test_max_segment_hard_cut_without_any_pause():
 
 
 def test_pre_roll_never_pushes_a_piece_past_max_segment():
-    vad = ScriptedVad(lambda k: 0.9 if k * WINDOW_SAMPLES >= 3 * SAMPLE_RATE else 0.0)
+    vad = ScriptedVad(lambda k: 0.9 if k * WINDOW_SAMPLES >= 3 * BUS_RATE else 0.0)
     config = SegmenterConfig(max_segment_s=1.0, pre_roll_ms=2000)
-    stream = np.random.default_rng(5).normal(0, 0.1, 6 * SAMPLE_RATE).astype(np.float32)
+    stream = np.random.default_rng(5).normal(0, 0.1, 6 * BUS_RATE).astype(np.float32)
     pieces = utterances(feed(UtteranceSegmenter(config, vad), stream))
     assert len(pieces) >= 3
     for piece in pieces:
-        assert len(piece.pcm) <= SAMPLE_RATE
+        assert len(piece.pcm) <= BUS_RATE
         assert_pcm_exact(piece, stream)
 
 
@@ -483,7 +483,7 @@ def test_cut_commits_the_utterance_up_to_an_earlier_pause_and_goes_on(vad, clips
         new = segmenter.push(stream[start:start + FRAME])
         events += new
         pause = pause or next((e.utterance for e in new if isinstance(e, UtterancePaused)), None)
-        if pause is not None and not done and start >= pause.end_sample + SAMPLE_RATE // 2:
+        if pause is not None and not done and start >= pause.end_sample + BUS_RATE // 2:
             done = True   # half a second of speech later
             # A cut outside the open utterance, or before speech went on, does nothing.
             assert segmenter.cut(pause.start_sample - 1, pause.speech_end_sample) == []
@@ -516,7 +516,7 @@ def test_speech_going_on_after_a_pause_sends_the_grown_utterance(vad, clips):
         assert g.start_sample == pause.start_sample and g.speech_end_sample == g.end_sample
         assert g.pcm.tobytes() == stream[g.start_sample:g.end_sample].tobytes()
     first = min(after, key=lambda g: g.end_sample)
-    assert first.end_sample - pause.end_sample >= SAMPLE_RATE
+    assert first.end_sample - pause.end_sample >= BUS_RATE
     since_pause = 0
     for event in events:
         if isinstance(event, UtterancePaused | UtteranceEnded):

@@ -49,16 +49,15 @@ import numpy as np
 
 from voxweft.actors.runtime import Actor, Runtime
 from voxweft.protocol.codec import encode
-from voxweft.protocol.messages import AudioFrame, EndOfStream, Message, now_ns, stamp
+from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, now_ns, stamp
 from voxweft.tools.interpret import free_ports
 from voxweft.tools.latency import percentile
 
 TRANSPORTS = ("ipc", "tcp")
 MODES = ("realtime", "flood")
 
-SAMPLE_RATE = 16000
 FRAME_S = 0.02                                   # one capture frame: 20 ms
-FRAME_SAMPLES = int(SAMPLE_RATE * FRAME_S)       # 320 samples of float32
+FRAME_SAMPLES = int(BUS_RATE * FRAME_S)       # 320 samples of float32
 
 BENCH_SRC = "bench"          # the sending actor
 RECEIVER = "bench-rx"        # the receiving actor (the runtime binds a PUB for it too)
@@ -124,7 +123,7 @@ class BenchSender(Actor):
 
     def frame(self, i: int, stream: str) -> AudioFrame:
         """The i-th 20 ms frame of `stream`."""
-        return AudioFrame(pcm=self.pcm, sample_rate=SAMPLE_RATE, stream=stream,
+        return AudioFrame(pcm=self.pcm, sample_rate=BUS_RATE, stream=stream,
                           media_s=i * FRAME_S, capture_ns=now_ns())
 
     def tick(self) -> Iterator[Message]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-RATE = 16_000
+from voxweft.protocol.messages import BUS_RATE
 
 
 def _build(topology, name: str):
@@ -74,8 +74,8 @@ def run(job_path: Path, out_path: Path) -> dict:
 
         for utt, rate in meta["spoken"].items():
             audio = np.asarray(job[f"spk_{utt}"], np.float32)
-            if rate != RATE:
-                audio = soxr.resample(audio, rate, RATE)
+            if rate != BUS_RATE:
+                audio = soxr.resample(audio, rate, BUS_RATE)
             result["back"][utt] = asr.transcribe(np.ascontiguousarray(audio, np.float32), tgt)
     out_path.write_text(json.dumps(result, ensure_ascii=False, indent=1))
     return result

@@ -32,14 +32,13 @@ from voxweft.actors import budget as cpu_budget
 from voxweft.actors import lag as lag_policy
 from voxweft.deploy.supervisor import engine_env
 from voxweft.deploy.topology import Topology
-from voxweft.protocol.messages import SpeechChunk, Status, VadEvent, trace_ns
+from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Status, VadEvent, trace_ns
 from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import report as benchreport
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, summarize, utterance_latency
 
 SCHEMA = "voxweft-bench/1"
-RATE = 16_000
 AUDIO = (".wav", ".flac", ".ogg", ".mp3")
 LEAD_S = 0.5                 # silence before the first file
 CONTINUOUS_PAUSE_S = 0.3      # `--continuous`: the pause after each file
@@ -110,22 +109,22 @@ def build_session(items: list[Item], pause_s: float, soak_minutes: float | None,
         except (RuntimeError, OSError) as exc:
             raise BenchError(f"cannot read {item.path} as audio ({exc})") from exc
         mono = audio.mean(axis=1)
-        clips.append(soxr.resample(mono, rate, RATE) if rate != RATE else mono)
-    pause = np.zeros(int(pause_s * RATE), np.float32)
-    parts = [np.zeros(int(LEAD_S * RATE), np.float32)]
+        clips.append(soxr.resample(mono, rate, BUS_RATE) if rate != BUS_RATE else mono)
+    pause = np.zeros(int(pause_s * BUS_RATE), np.float32)
+    parts = [np.zeros(int(LEAD_S * BUS_RATE), np.float32)]
     placed: list[Placed] = []
     n = len(parts[0])
-    want = (soak_minutes or 0) * 60 * RATE
+    want = (soak_minutes or 0) * 60 * BUS_RATE
     while True:
         for item, clip in zip(items, clips, strict=True):
-            placed.append(Placed(item, n / RATE, (n + len(clip)) / RATE))
+            placed.append(Placed(item, n / BUS_RATE, (n + len(clip)) / BUS_RATE))
             parts += [clip.astype(np.float32), pause]
             n += len(clip) + len(pause)
         if n >= want:
             break
     session = np.concatenate(parts)
-    sf.write(str(path), session, RATE, subtype="PCM_16")
-    return placed, len(session) / RATE
+    sf.write(str(path), session, BUS_RATE, subtype="PCM_16")
+    return placed, len(session) / BUS_RATE
 
 
 class BenchCollector(Collector):
@@ -182,7 +181,7 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
         t = collected.transcripts.get(utt)
         if t is None:
             continue
-        a, b = int(round(t.media_start_s * RATE)), int(round(t.media_end_s * RATE))
+        a, b = int(round(t.media_start_s * BUS_RATE)), int(round(t.media_end_s * BUS_RATE))
         arrays[f"seg_{utt}"] = session[a:b]
         segments.append(utt)
         if collected.speech.get(utt):

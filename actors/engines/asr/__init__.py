@@ -11,8 +11,6 @@ from typing import ClassVar
 
 import numpy as np
 
-RATE = 16000
-
 
 class AsrEngine(abc.ABC):
     """Speech -> text for one process; the model is built once by load()."""

@@ -11,8 +11,9 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors import budget
-from voxweft.actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
+from voxweft.actors.engines.asr import AsrEngine, _cut_restart, _degenerate
 from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.protocol.messages import BUS_RATE
 
 log = logging.getLogger("voxweft.asr")
 
@@ -121,13 +122,13 @@ class FasterWhisperEngine(AsrEngine):
             return
         # Which kernels are faster depends on the CPU (int8 wins where it has VNNI, and here
         # on AVX2 too): build each, time it on 5 s of known speech, keep the faster.
-        audio = budget.sample_speech()[0][:5 * RATE]
+        audio = budget.sample_speech()[0][:5 * BUS_RATE]
         lang = "en" if "en" in self.languages() else sorted(self.languages())[0]
         best = None
         for candidate in AUTO_CHOICES:
             self.model = self._build(candidate)
-            self.transcribe(audio[:RATE], lang)   # lazy setup is not what we compare
-            rtf = budget.measure(lambda: (self.transcribe(audio, lang),), len(audio) / RATE)
+            self.transcribe(audio[:BUS_RATE], lang)   # lazy setup is not what we compare
+            rtf = budget.measure(lambda: (self.transcribe(audio, lang),), len(audio) / BUS_RATE)
             self.variants[candidate] = rtf["rtf"]
             if best is None or rtf["rtf"] < self.variants[best[0]]:
                 best = (candidate, self.model)
@@ -149,7 +150,7 @@ class FasterWhisperEngine(AsrEngine):
 
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
-        duration_s = len(pcm) / RATE
+        duration_s = len(pcm) / BUS_RATE
         step = int(self.settings["window_s"])
         # One second of margin: the utterance must not touch the window's end.
         window_s = min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
@@ -189,7 +190,7 @@ class FasterWhisperEngine(AsrEngine):
         tok = self.tokenizers[lang]
         # Pad the audio, not the features: Whisper's silence is the log-mel floor of zeros
         # (a feature value of 0 is not silence and made it drop final words now and then).
-        samples = window_s * RATE
+        samples = window_s * BUS_RATE
         features = self.model.feature_extractor(pcm[:samples],
                                                 padding=max(0, samples - len(pcm)) + 160)
         frames = window_s * 100   # 10 ms hop

@@ -37,8 +37,9 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors.engines import models
-from voxweft.actors.engines.asr import RATE, AsrEngine, _cut_restart, _degenerate
+from voxweft.actors.engines.asr import AsrEngine, _cut_restart, _degenerate
 from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.protocol.messages import BUS_RATE
 
 log = logging.getLogger("voxweft.asr")
 
@@ -231,7 +232,7 @@ class MlxWhisperEngine(AsrEngine):
 
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy decoding of one utterance (16 kHz mono float32), no timestamps."""
-        duration_s = len(pcm) / RATE
+        duration_s = len(pcm) / BUS_RATE
         step = int(self.settings["window_s"])
         # One second of margin: the utterance must not touch the window's end.
         window_s = step * int(np.ceil((duration_s + 1) / step))
@@ -251,7 +252,7 @@ class MlxWhisperEngine(AsrEngine):
         from mlx_whisper.audio import log_mel_spectrogram
         from mlx_whisper.decoding import DecodingOptions, decode
 
-        samples = window_s * RATE
+        samples = window_s * BUS_RATE
         # Pad the audio, not the features: Whisper's silence is the log-mel of zeros.
         mel = log_mel_spectrogram(pcm[:samples], n_mels=self.model.dims.n_mels,
                                   padding=max(0, samples - len(pcm)) + 160)
