@@ -42,10 +42,10 @@ from voxweft.protocol.messages import (
     Done,
     Message,
     Segment,
+    Sender,
     Status,
     Trace,
     now_ns,
-    stamp,
     traced,
 )
 
@@ -185,7 +185,7 @@ class Runtime:
         self.error_times: collections.deque[float] = collections.deque(maxlen=100)
         self.backlog: collections.deque[Message] = collections.deque()
         self.backlog_since: float | None = None
-        self.seq: collections.Counter[str] = collections.Counter()
+        self.sender = Sender(actor.name, self.epoch)
         self.outbox = Outbox()
         self.seen = Seen()
         self.resync = Resync(actor.name, self.epoch)
@@ -273,9 +273,7 @@ class Runtime:
 
     # -- sending --------------------------------------------------------------------------
     def _send_on(self, sock: zmq.Socket, msg: Message) -> None:
-        self.seq[msg.TYPE] += 1
-        msg = stamp(msg, src=self.actor.name, epoch=self.epoch, seq=self.seq[msg.TYPE])
-        sock.send_multipart(encode(msg), copy=False)
+        sock.send_multipart(encode(self.sender.stamp(msg)), copy=False)
 
     def send(self, msg: Message) -> None:
         """Send one output: PUSH types go to the work queue, the rest to the PUB."""
@@ -298,8 +296,8 @@ class Runtime:
     def _flush_backlog(self) -> None:
         while self.backlog:
             msg = self.backlog[0]
-            seq = self.seq[msg.TYPE] + 1
-            frames = encode(stamp(msg, src=self.actor.name, epoch=self.epoch, seq=seq))
+            stamped = self.sender.stamp(msg, commit=False)
+            frames = encode(stamped)
             try:
                 self.push.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -308,7 +306,7 @@ class Runtime:
                     log.warning("%s: no worker takes %s yet; keeping %d in backlog",
                                 self.actor.name, msg.TYPE, len(self.backlog))
                 return
-            self.seq[msg.TYPE] = seq
+            self.sender.sent(stamped)
             self.backlog.popleft()
             self.actor.counters["tx"] += 1
         self.backlog_since = None

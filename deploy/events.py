@@ -14,7 +14,6 @@ import argparse
 import logging
 import sys
 import threading
-import time
 from pathlib import Path
 
 import zmq
@@ -25,7 +24,7 @@ from voxweft.deploy.supervisor import GROUP, Supervisor
 from voxweft.deploy.topology import Topology, load
 from voxweft.protocol import sockets
 from voxweft.protocol.codec import encode
-from voxweft.protocol.messages import Supervision, now_ns, stamp
+from voxweft.protocol.messages import Sender, Supervision, now_ns
 
 log = logging.getLogger("voxweft")
 
@@ -123,14 +122,12 @@ class Listener:
         self.pub = sockets.pub(self.ctx, topology.events_bind(host), self.curve)
         self.lock = threading.Lock()
         self.latest: dict[str, Supervision] = {}
-        self.epoch, self.seq = time.time_ns(), 0
+        self.sender = Sender(f"supervisor.{host}")
 
     def send(self, msg: Supervision) -> None:
         """Publish one message (from either thread)."""
         with self.lock:
-            self.seq += 1
-            msg = stamp(msg, src=f"supervisor.{self.host}", epoch=self.epoch, seq=self.seq)
-            self.pub.send_multipart(encode(msg))
+            self.pub.send_multipart(encode(self.sender.stamp(msg)))
 
     def event(self, name: str, payload: str) -> None:
         """One supervisord event."""

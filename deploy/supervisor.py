@@ -35,7 +35,7 @@ def engine_env(actor: str, config) -> dict[str, str]:
     if actor not in engines.STAGES:
         return {}
     cls = engines.engine_class(actor, config.engine)
-    return dict(cls.process_env()) if hasattr(cls, "process_env") else {}
+    return dict(cls.process_env())   # every stage's engine base class defaults it to {}
 
 
 def down_for_good(state: str, exit_status: int) -> bool:

@@ -8,6 +8,7 @@ so any message downstream can tell each stage's latency and the end-to-end laten
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -325,3 +326,29 @@ def is_draft(msg: Message) -> bool:
 def stamp(msg: Message, *, src: str, epoch: int, seq: int) -> Message:
     """Return `msg` with the sender identity and send time filled in."""
     return dataclasses.replace(msg, src=src, epoch=epoch, seq=seq, sent_ns=now_ns())
+
+
+class Sender:
+    """One publisher's identity on the wire: the one place messages are stamped.
+
+    `src` names it, `epoch` is new at each process start (a receiver sees a restart), and
+    `seq` counts per message type. `stamp` takes the next seq; for a send that may not go
+    out (a PUSH with no worker yet) `stamp(msg, commit=False)` stamps without taking it and
+    `sent(msg)` takes it once the message went out, so seqs stay gapless.
+    """
+
+    def __init__(self, src: str, epoch: int | None = None) -> None:
+        self.src = src
+        self.epoch = time.time_ns() if epoch is None else epoch
+        self.seq: collections.Counter[str] = collections.Counter()
+
+    def stamp(self, msg: Message, commit: bool = True) -> Message:
+        """`msg` stamped with this sender's identity, its next seq and the send time."""
+        stamped = stamp(msg, src=self.src, epoch=self.epoch, seq=self.seq[msg.TYPE] + 1)
+        if commit:
+            self.sent(stamped)
+        return stamped
+
+    def sent(self, msg: Message) -> None:
+        """Take the seq of `msg` (stamped with commit=False), which went out."""
+        self.seq[msg.TYPE] = msg.seq

@@ -66,9 +66,7 @@ def construct(stage: str, name: str, settings: dict):
 def serves(stage: str, engine, src: str, tgt: str) -> bool:
     """Whether a constructed engine can do its stage's part of src->tgt."""
     if stage == "mt":
-        pairs = engine.installed_pairs() if hasattr(engine, "installed_pairs") else \
-            engine.pairs()
-        return (src, tgt) in pairs
+        return (src, tgt) in engine.installed_pairs()
     return (src if stage == "asr" else tgt) in engine.languages()
 
 
@@ -95,9 +93,9 @@ def offers(topology=None) -> dict[str, list[tuple[str, frozenset]]]:
             continue
         seen.add(key)
         if stage == "mt":
-            # apertium's pairs() is every pair when the program is missing; ask the files.
-            pairs = engine.installed_pairs() if name == "apertium" else engine.pairs()
-            found[stage].append((key[1], frozenset(pairs)))
+            # installed_pairs(), not pairs(): apertium's pairs() is every pair when the
+            # program is missing; its installed_pairs() asks the files.
+            found[stage].append((key[1], frozenset(engine.installed_pairs())))
         else:
             found[stage].append((key[1], frozenset(engine.languages())))
     return found

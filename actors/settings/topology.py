@@ -15,19 +15,26 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, get_args, get_origin
 
 import tomli_w
-from pydantic import Field, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from voxweft.actors.settings import manifest
 from voxweft.actors.settings.actors import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
-from voxweft.actors.settings.base import Settings
+from voxweft.actors.settings.base import Settings, describe
 from voxweft.protocol import security
 
 #: check_engine(stage, config, where, here): construct (not load) the actor's engine when it
 #: runs `here` and raise TopologyError when its settings or languages do not fit.
 EngineCheck = Callable[[str, EngineConfig, str, bool], object]
-TOP_KEYS = ("pipeline", "hosts", "actors", "clients")
 #: The live listener never hears a translation start later than this after its speech
 #: ended (actors.lag); 0: no bound (file interpretation keeps every utterance).
 DEFAULT_MAX_LAG_S = 8.0
@@ -230,42 +237,147 @@ def _merge(base: dict, extra: dict) -> None:
             base[key] = value
 
 
-def _table(where: str, value) -> dict:
-    if not isinstance(value, dict):
-        raise TopologyError(f"{where} = {value!r:.40} must be a table")
-    return value
+class _ActorTables(Settings):
+    """`[actors]`: the six actors' tables (each typed by CONFIG_TYPES), their engines named."""
+
+    @model_validator(mode="after")
+    def _engines_in_the_manifest(self) -> _ActorTables:
+        # Names only: nothing is imported (constructing an engine is check_engine's part).
+        for name in ACTOR_NAMES:
+            config = getattr(self, name)
+            if not isinstance(config, EngineConfig):
+                continue
+            for key in ("engine", "backlog_engine"):
+                engine = getattr(config, key, "")
+                if (key == "engine" or engine) and engine not in manifest.names(name):
+                    raise ValueError(f"{name}.{key} = {engine!r} is not one of: "
+                                     f"{', '.join(manifest.names(name))}")
+        return self
 
 
-def _unknown(where: str, keys, allowed) -> None:
-    for key in keys:
-        if key not in allowed:
-            raise TopologyError(f"{where}: unknown key {key!r}; allowed keys: "
-                                f"{', '.join(allowed)}")
+ActorTables = create_model("ActorTables", __base__=_ActorTables, __module__=__name__,
+                           **{name: (CONFIG_TYPES[name], ...) for name in ACTOR_NAMES})
 
 
-def _known(stage: str, engine: str, where: str) -> None:
-    """Refuse an engine the manifest does not name (nothing is imported)."""
-    if engine not in manifest.names(stage):
-        raise TopologyError(f"{where} = {engine!r} is not one of: "
-                            f"{', '.join(manifest.names(stage))}")
+class TopologyFile(Settings):
+    """A whole topology file: its tables typed, and the rules between them.
+
+    Validated with context {"host": NAME or None}: the host the topology is read for.
+    """
+
+    pipeline: PipelineTable = Field(default_factory=PipelineTable)
+    hosts: dict[str, HostTable] = Field(default_factory=dict, validate_default=True)
+    # A missing [actors] reads as an empty one: each absent table is named.
+    actors: ActorTables = Field(default_factory=dict, validate_default=True)
+    # name -> CURVE public key; Any, so that a non-text key gets the same line, with its name.
+    clients: dict[str, Any] = {}
+
+    @field_validator("hosts")
+    @classmethod
+    def _some_and_this_one(cls, hosts: dict[str, HostTable], info) -> dict[str, HostTable]:
+        if not hosts:
+            raise ValueError("no [hosts.NAME] table; add one, e.g. [hosts.local]")
+        host = (info.context or {}).get("host")
+        if host is not None and host not in hosts:
+            raise ValueError(f"--host {host!r} is not one of: {', '.join(hosts)}")
+        return hosts
+
+    @field_validator("clients")
+    @classmethod
+    def _curve_keys(cls, clients: dict[str, Any]) -> dict[str, Any]:
+        for name, key in clients.items():
+            if not isinstance(key, str) or not security.valid_public_key(key):
+                raise ValueError(f"clients.{name} = {key!r} is not a CURVE public key (40 Z85 "
+                                 f"characters: `voxweft keys --client {name}` prints it)")
+        return clients
+
+    @model_validator(mode="after")
+    def _placed(self) -> TopologyFile:
+        for name in ACTOR_NAMES:
+            config = getattr(self.actors, name)
+            if config.host not in self.hosts:
+                raise ValueError(f"actors.{name}.host = {config.host!r} is not one of: "
+                                 f"{', '.join(self.hosts)}")
+        return self
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> TopologyFile:
+        actors = {name: getattr(self.actors, name) for name in ACTOR_NAMES}
+        ports: dict[tuple[str, int], str] = {}
+        for name, entry in self.hosts.items():
+            if not any(config.host == name for config in actors.values()):
+                continue   # runs no actor, so no event listener either
+            if (entry.address, entry.events_port) in ports:
+                raise ValueError(f"hosts.{name}.events_port = {entry.events_port} is already "
+                                 f"used by {ports[(entry.address, entry.events_port)]} at the "
+                                 "same address; give each host its own")
+            ports[(entry.address, entry.events_port)] = f"hosts.{name}.events_port"
+        for name, config in actors.items():
+            used = [("port", config.port)]
+            if name == "segmenter":
+                used.append(("push_port", config.push_port))
+            address = self.hosts[config.host].address
+            for key, port in used:
+                if (address, port) in ports:
+                    raise ValueError(f"actors.{name}.{key} = {port} is already used by "
+                                     f"{ports[(address, port)]} on host {config.host}")
+                ports[(address, port)] = f"actors.{name}"
+        return self
 
 
-def _located(where: str, exc: ValueError) -> TopologyError:
-    """The settings error `exc` of the table at `where` (file: table), as one line."""
-    text = str(exc)
-    return TopologyError(f"{where}{': ' if text.startswith('unknown key') else '.'}{text}")
+#: The tables of a topology file, in the order their errors are reported.
+TOP_KEYS = tuple(TopologyFile.model_fields)
 
 
-def _actor_config(name: str, table: dict, src_lang: str, tgt_lang: str, where: str):
-    try:
-        config = CONFIG_TYPES[name].check(table)
-        config.src_lang = config.src_lang or src_lang
-        config.tgt_lang = config.tgt_lang or tgt_lang
-    except ValueError as exc:
-        raise _located(where, exc) from None
-    return config
+def _table_of(loc: tuple) -> tuple[type[BaseModel], int]:
+    """The innermost table (model) on the way to `loc`, and how many parts of it lead there."""
+    model, length, annotation = TopologyFile, 0, TopologyFile
+    for i, part in enumerate(loc):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            declared = annotation.model_fields.get(str(part))
+            annotation = declared.annotation if declared is not None else None
+        elif get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]   # an entry of a table of tables
+        else:
+            break
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model, length = annotation, i + 1
+    return model, length
 
 
+def _unknown_table(error: dict) -> bool:
+    """An unknown key of the file or of [actors]: a misspelt table (which one is then missing)."""
+    return (error["type"] == "extra_forbidden"
+            and _table_of(error["loc"][:-1])[0] in (TopologyFile, ActorTables))
+
+
+def _rank(error: dict) -> tuple[int, int]:
+    """Where an error comes in the file: its unknown tables first, then table by table.
+
+    pydantic reports unknown keys after the fields; a misspelt table would then read as a
+    missing one, so an unknown table comes before the errors of the table it is in.
+    """
+    loc, unknown = error["loc"], _unknown_table(error)
+    if unknown and len(loc) == 1:
+        return 0, 0
+    return (TOP_KEYS.index(loc[0]) + 1 if loc else len(TOP_KEYS) + 1), (0 if unknown else 1)
+
+
+def _line(source: str, errors: list[dict]) -> str:
+    """The first error (see _rank), as one line naming the file and the key."""
+    error = min(errors, key=_rank)
+    loc, kind = tuple(error["loc"]), error["type"]
+    if kind == "missing":          # only the actors' tables have no default
+        return f"{source}: missing table [{'.'.join(loc)}]"
+    model, length = _table_of(loc[:-1] if kind == "extra_forbidden" else loc)
+    # A table where a model is (pipeline, hosts.NAME, actors, actors.NAME) or a top-level one
+    if kind in ("model_type", "dict_type") and (length == len(loc) or len(loc) == 1):
+        return f"{source}: {'.'.join(loc)} = {error.get('input')!r:.40} must be a table"
+    text = describe(model, {**error, "loc": loc[length:]})
+    if not length:                 # a rule of the file: its line names the key
+        return f"{source}: {text}"
+    where = f"{source}: {'.'.join(str(part) for part in loc[:length])}"
+    return f"{where}{': ' if text.startswith('unknown key') else '.'}{text}"
 
 
 def parse(raw: dict, source: str = "<topology>", host: str | None = None,
@@ -276,69 +388,22 @@ def parse(raw: dict, source: str = "<topology>", host: str | None = None,
     engines of actors placed on `host`, and checks the others by name only: this is the one
     place that decides which engines a process imports.
     """
-    _unknown(source, raw, TOP_KEYS)
     try:
-        pipeline = PipelineTable.check(_table(f"{source}: pipeline", raw.get("pipeline", {})))
-    except ValueError as exc:
-        raise _located(f"{source}: pipeline", exc) from None
-    src_lang, tgt_lang, max_lag_s = pipeline.src_lang, pipeline.tgt_lang, pipeline.max_lag_s
-    hosts = {}
-    for name, table in _table(f"{source}: hosts", raw.get("hosts", {})).items():
-        try:
-            entry = HostTable.check(_table(f"{source}: hosts.{name}", table))
-        except ValueError as exc:
-            raise _located(f"{source}: hosts.{name}", exc) from None
-        hosts[name] = Host(name, entry.address, entry.bind or entry.address, entry.events_port,
-                           entry.public_key, entry.secret_key, tuple(entry.allow))
-    if not hosts:
-        raise TopologyError(f"{source}: no [hosts.NAME] table; add one, e.g. [hosts.local]")
-    if host is not None and host not in hosts:
-        raise TopologyError(f"{source}: --host {host!r} is not one of: {', '.join(hosts)}")
-    tables = _table(f"{source}: actors", raw.get("actors", {}))
-    _unknown(f"{source}: actors", tables, ACTOR_NAMES)
-    actors = {}
-    for name in ACTOR_NAMES:
-        if name not in tables:
-            raise TopologyError(f"{source}: missing table [actors.{name}]")
-        where = f"{source}: actors.{name}"
-        actors[name] = _actor_config(name, _table(where, tables[name]), src_lang, tgt_lang, where)
-        if actors[name].host not in hosts:
-            raise TopologyError(f"{where}.host = {actors[name].host!r} is not one of: "
-                                f"{', '.join(hosts)}")
-        if isinstance(actors[name], EngineConfig):
-            config = actors[name]
-            _known(name, config.engine, f"{where}.engine")
-            if getattr(config, "backlog_engine", ""):
-                _known(name, config.backlog_engine, f"{where}.backlog_engine")
-            if check_engine is not None:
-                check_engine(name, config, where, host in (None, config.host))
-    ports: dict[tuple[str, int], str] = {}
-    for name, entry in hosts.items():
-        if not any(config.host == name for config in actors.values()):
-            continue   # runs no actor, so no event listener either
-        if (entry.address, entry.events_port) in ports:
-            raise TopologyError(f"{source}: hosts.{name}.events_port = {entry.events_port} is "
-                                f"already used by {ports[(entry.address, entry.events_port)]} "
-                                "at the same address; give each host its own")
-        ports[(entry.address, entry.events_port)] = f"hosts.{name}.events_port"
+        checked = TopologyFile.model_validate(raw, context={"host": host})
+    except ValidationError as exc:
+        raise TopologyError(_line(source, exc.errors())) from None
+    pipeline = checked.pipeline
+    actors: dict[str, ActorConfig] = {name: getattr(checked.actors, name) for name in ACTOR_NAMES}
     for name, config in actors.items():
-        used = [("port", config.port)]
-        if name == "segmenter":
-            used.append(("push_port", config.push_port))
-        for key, port in used:
-            addr = hosts[config.host].address
-            if (addr, port) in ports:
-                raise TopologyError(f"{source}: actors.{name}.{key} = {port} is already used by "
-                                    f"{ports[(addr, port)]} on host {config.host}")
-            ports[(addr, port)] = f"actors.{name}"
-    clients = _table(f"{source}: clients", raw.get("clients", {}))
-    for name, key in clients.items():
-        if not isinstance(key, str) or not security.valid_public_key(key):
-            raise TopologyError(f"{source}: clients.{name} = {key!r} is not a CURVE public key "
-                                f"(40 Z85 characters: `voxweft keys --client {name}` prints "
-                                "it)")
-    return Topology(source, src_lang, tgt_lang, hosts, actors, raw, float(max_lag_s),
-                    dict(clients), host, check_engine)
+        config.src_lang = config.src_lang or pipeline.src_lang
+        config.tgt_lang = config.tgt_lang or pipeline.tgt_lang
+        if check_engine is not None and isinstance(config, EngineConfig):
+            check_engine(name, config, f"{source}: actors.{name}", host in (None, config.host))
+    hosts = {name: Host(name, entry.address, entry.bind or entry.address, entry.events_port,
+                        entry.public_key, entry.secret_key, tuple(entry.allow))
+             for name, entry in checked.hosts.items()}
+    return Topology(source, pipeline.src_lang, pipeline.tgt_lang, hosts, actors, raw,
+                    float(pipeline.max_lag_s), dict(checked.clients), host, check_engine)
 
 
 def load(path: str | os.PathLike, host: str | None = None,

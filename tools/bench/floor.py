@@ -64,8 +64,9 @@ def run(job_path: Path, out_path: Path) -> dict:
             "total": None if t_first is None else round(t_first - t_asr, 4),
             "text": text, "translation": translation}
         # When each word was spoken, within the segment (untimed: the per-word ASR lag).
-        if hasattr(asr, "word_times"):
-            result["floor"][utt]["words"] = asr.word_times(pcm, src)
+        words = asr.word_times(pcm, src)   # None: this engine cannot time words
+        if words is not None:
+            result["floor"][utt]["words"] = words
     if tgt not in asr.languages():
         result["round_trip_skipped"] = (f"the ASR engine ({topology.actors['asr'].engine}) "
                                         f"cannot transcribe {tgt!r}")

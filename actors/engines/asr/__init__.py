@@ -29,10 +29,20 @@ class AsrEngine(abc.ABC):
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Text of 16 kHz mono float32 speech in language `lang`."""
 
+    def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]] | None:
+        """(word, start s, end s) of each word in `pcm`, for measurements (the bench's lag).
+
+        None (the default): this engine cannot time words. Not on the live path.
+        """
+        return None
+
+    @classmethod
+    def process_env(cls) -> dict[str, str]:
+        """Environment the actor process must start with (e.g. a preload); {} by default."""
+        return {}
 
 
-
-def _cut_restart(text: str) -> str:
+def cut_restart(text: str) -> str:
     """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one.
 
     Words compare without case and punctuation: tiny.en looped "then ... Then ... Then in the".
@@ -45,7 +55,7 @@ def _cut_restart(text: str) -> str:
     return text
 
 
-def _degenerate(text: str, duration_s: float) -> bool:
+def degenerate(text: str, duration_s: float) -> bool:
     """Whisper looping: far more words than anyone says, or highly repetitive text."""
     words = len(text.split())
     if words > 6 * duration_s + 4:

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors import budget
-from voxweft.actors.engines.asr import AsrEngine, _cut_restart, _degenerate
+from voxweft.actors.engines.asr import AsrEngine, cut_restart, degenerate
 from voxweft.actors.settings.base import Settings, StartupError
 from voxweft.protocol.messages import BUS_RATE
 
@@ -96,12 +96,12 @@ class FasterWhisperEngine(AsrEngine):
     FULL_WINDOW_S = 30
 
     def __init__(self, **settings) -> None:
-        self.settings = self.Settings.check(settings).model_dump()
+        self.settings = self.Settings.check(settings)
         self.model = None
         # compute_type auto: wall s per s of speech of each candidate, and the one kept
         self.variants: dict[str, float] = {}
-        self.chosen = "" if self.settings["compute_type"] == "auto" else \
-            self.settings["compute_type"]
+        self.chosen = "" if self.settings.compute_type == "auto" else \
+            self.settings.compute_type
         self.tokenizers: dict[str, object] = {}
         self.fallbacks = 0    # short-window decodes redone with the full window
 
@@ -110,13 +110,13 @@ class FasterWhisperEngine(AsrEngine):
         from faster_whisper.tokenizer import _LANGUAGE_CODES
 
         # "tiny.en", or a folder named like OpenAI's English-only checkpoints ("*.en").
-        if str(self.settings["model"]).rstrip("/").endswith(".en"):
+        if str(self.settings.model).rstrip("/").endswith(".en"):
             return frozenset({"en"})
         return frozenset(_LANGUAGE_CODES)
 
     def load(self) -> None:
         """Build the CTranslate2 Whisper model once (`auto`: the faster of AUTO_CHOICES)."""
-        compute = self.settings["compute_type"]
+        compute = self.settings.compute_type
         if compute != "auto":
             self.model = self._build(compute)
             return
@@ -139,9 +139,9 @@ class FasterWhisperEngine(AsrEngine):
     def _build(self, compute: str):
         from faster_whisper import WhisperModel
 
-        model = self.settings["model"]
+        model = self.settings.model
         kwargs = dict(device="cpu", compute_type=compute,
-                      cpu_threads=int(self.settings["threads"]), num_workers=1)
+                      cpu_threads=int(self.settings.threads), num_workers=1)
         if model == "base":
             return WhisperModel("whisper-base", files=packaged_whisper_base(), **kwargs)
         if model == "tiny.en":
@@ -151,18 +151,18 @@ class FasterWhisperEngine(AsrEngine):
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
         duration_s = len(pcm) / BUS_RATE
-        step = int(self.settings["window_s"])
+        step = int(self.settings.window_s)
         # One second of margin: the utterance must not touch the window's end.
         window_s = min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
         # A window twice as long first (Whisper now and then repeats itself in a 5 s window,
         # once in 45 LJ utterances: 0.3 s to retry in 10 s, 2.4 s with the full model).
         if window_s < self.FULL_WINDOW_S:
-            text = _cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
-            if not _degenerate(text, duration_s):
+            text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
+            if not degenerate(text, duration_s):
                 return text
             self.fallbacks += 1
         segments, _info = self.model.transcribe(
-            pcm, language=lang, beam_size=int(self.settings["beam_size"]), vad_filter=False,
+            pcm, language=lang, beam_size=int(self.settings.beam_size), vad_filter=False,
             condition_on_previous_text=False, without_timestamps=True)
         return " ".join(s.text.strip() for s in segments).strip()
 
@@ -201,7 +201,7 @@ class FasterWhisperEngine(AsrEngine):
         # English-only ones (tiny.en has no language or task tokens in its prompt).
         prompt = [*tok.sot_sequence, tok.no_timestamps]
         result = self.model.model.generate(
-            encoded, [prompt], beam_size=int(self.settings["beam_size"]),
+            encoded, [prompt], beam_size=int(self.settings.beam_size),
             # Nobody says more than ~12 tokens a second: a looping decode stops early
             # (it cost 2.4 s at the full 224 tokens).
             max_length=min(224, len(prompt) + 10 + int(12 * duration_s)),

@@ -13,7 +13,7 @@ faster-whisper engine, an utterance is encoded in a window of `window_s` multipl
 of margin instead of Whisper's 30 s: MLX's encoder refuses any input but 30 s (it checks the
 shape against its 1500 sinusoidal positions), so the positions are cut to the window for the
 call. Whisper in a window barely longer than the speech repeats itself ("A. A. A.", measured
-on LJ clips in 2-3 s windows): `_cut_restart` keeps one copy, and a text still degenerate is
+on LJ clips in 2-3 s windows): `cut_restart` keeps one copy, and a text still degenerate is
 decoded again with the full window; with the default 5 s steps neither fired on our corpus.
 
 On Linux MLX runs on the CPU. Measured on 2 cores, the 5 LJ clips (2-6 s), same words as
@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors.engines import models
-from voxweft.actors.engines.asr import AsrEngine, _cut_restart, _degenerate
+from voxweft.actors.engines.asr import AsrEngine, cut_restart, degenerate
 from voxweft.actors.settings.base import Settings, StartupError
 from voxweft.protocol.messages import BUS_RATE
 
@@ -146,9 +146,9 @@ class MlxWhisperEngine(AsrEngine):
         return {"LD_PRELOAD": library} if library else {}
 
     def __init__(self, **settings) -> None:
-        self.settings = self.Settings.check(settings).model_dump()
-        if self.settings["bits"] and self.settings["model"] not in PACKAGED_MODELS:
-            raise ValueError(f"bits = {self.settings['bits']} applies to the packaged models "
+        self.settings = self.Settings.check(settings)
+        if self.settings.bits and self.settings.model not in PACKAGED_MODELS:
+            raise ValueError(f"bits = {self.settings.bits} applies to the packaged models "
                              f"({', '.join(PACKAGED_MODELS)}) only; a folder keeps its own")
         self.model = None
         self.path: Path | None = None       # the MLX folder loaded
@@ -159,7 +159,7 @@ class MlxWhisperEngine(AsrEngine):
         self._languages = self._model_languages()
 
     def _model_languages(self) -> frozenset[str]:
-        model = str(self.settings["model"])
+        model = str(self.settings.model)
         n_vocab = {"base": 51865, "tiny.en": 51864}.get(model)
         folder = models.resolve(model)
         if n_vocab is None and folder is not None and not (folder / "config.json").is_file():
@@ -180,13 +180,13 @@ class MlxWhisperEngine(AsrEngine):
 
     def _folder(self, dtype: str) -> Path:
         """The MLX folder to load; a packaged model is converted on its first use."""
-        model = self.settings["model"]
+        model = self.settings.model
         if model not in PACKAGED_MODELS:
             folder = models.resolve(model)
             if not _is_mlx_folder(folder):
                 raise StartupError(models.not_fetched(folder))
             return folder
-        bits = int(self.settings["bits"])
+        bits = int(self.settings.bits)
         folder = models.models_root() / \
             f"mlx-whisper-{model}-{dtype}{f'-q{bits}' if bits else ''}"
         if not _is_mlx_folder(folder):
@@ -207,7 +207,7 @@ class MlxWhisperEngine(AsrEngine):
             raise StartupError(f"mlx-whisper is not installed ({exc}); run `pip install -e "
                                "'.[mlx]'` (tools/install.sh does)") from None
 
-        dtype = self.settings["dtype"]
+        dtype = self.settings.dtype
         if dtype == "auto":
             dtype = "float16" if mx.metal.is_available() else "float32"
         self.path = self._folder(dtype)
@@ -219,13 +219,13 @@ class MlxWhisperEngine(AsrEngine):
         self.dtype = dtype
         self._positions = self.model.encoder._positional_embedding
         if not mx.metal.is_available():
-            self.blas = _set_openblas_threads(int(self.settings["threads"]))
+            self.blas = _set_openblas_threads(int(self.settings.threads))
             # Measured on 2 cores (5 LJ clips, s per utterance): float32 1.5 with OpenBLAS,
             # ~8 without; float16 ~10; 4-bit ~8-11 (float32 scales), ~260 (float16 scales).
-            if dtype != "float32" or self.settings["bits"]:
+            if dtype != "float32" or self.settings.bits:
                 log.warning("asr: mlx on the CPU computes %s%s without BLAS, 5-100x slower "
                             "than float32 with OpenBLAS", dtype,
-                            f" {self.settings['bits']}-bit" if self.settings["bits"] else "")
+                            f" {self.settings.bits}-bit" if self.settings.bits else "")
             elif not self.blas:
                 log.warning("asr: mlx uses its reference BLAS (slow float32 matmuls); preload "
                             "OpenBLAS (LD_PRELOAD=libopenblas.so.0) for ~5x faster ASR")
@@ -233,12 +233,12 @@ class MlxWhisperEngine(AsrEngine):
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy decoding of one utterance (16 kHz mono float32), no timestamps."""
         duration_s = len(pcm) / BUS_RATE
-        step = int(self.settings["window_s"])
+        step = int(self.settings.window_s)
         # One second of margin: the utterance must not touch the window's end.
         window_s = step * int(np.ceil((duration_s + 1) / step))
         if window_s < FULL_WINDOW_S:
-            text = _cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
-            if not _degenerate(text, duration_s):
+            text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
+            if not degenerate(text, duration_s):
                 return text
             self.fallbacks += 1
         if duration_s <= FULL_WINDOW_S - 1:

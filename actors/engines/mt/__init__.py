@@ -18,6 +18,14 @@ class MtEngine(abc.ABC):
     def pairs(self) -> frozenset[tuple[str, str]]:
         """(source, target) ISO 639-1 pairs this engine translates."""
 
+    def installed_pairs(self) -> frozenset[tuple[str, str]]:
+        """Pairs whose data is installed here, without loading anything; pairs() by default.
+
+        An engine whose pairs() also names pairs it could do once installed (apertium,
+        when the program is missing) narrows this to what is there now.
+        """
+        return self.pairs()
+
     @abc.abstractmethod
     def load(self) -> None:
         """Build the models (heavy work here, never in __init__)."""
@@ -30,5 +38,7 @@ class MtEngine(abc.ABC):
         """Release helper processes at shutdown (most engines have none)."""
         return None
 
-
-
+    @classmethod
+    def process_env(cls) -> dict[str, str]:
+        """Environment the actor process must start with (e.g. a preload); {} by default."""
+        return {}

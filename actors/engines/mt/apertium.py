@@ -76,7 +76,7 @@ class ApertiumEngine(MtEngine):
     _UNESCAPE = re.compile(r"\\(.)")
 
     def __init__(self, **settings) -> None:
-        self.settings = self.Settings.check(settings).model_dump()
+        self.settings = self.Settings.check(settings)
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.restarts = 0    # pipelines started again after one died
 
@@ -129,14 +129,14 @@ class ApertiumEngine(MtEngine):
         proc.stdin.write(self._RESERVED.sub(r"\\\1", text).encode("utf-8") + b"\n\0")
         proc.stdin.flush()
         out = bytearray()
-        deadline = time.monotonic() + float(self.settings["timeout_s"])
+        deadline = time.monotonic() + float(self.settings.timeout_s)
         fd = proc.stdout.fileno()
         while not out.endswith(b"\0"):
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 self._stop(pair)
                 raise RuntimeError(f"apertium {pair[0]}->{pair[1]} gave no answer within "
-                                   f"{self.settings['timeout_s']} s for {text[:60]!r}")
+                                   f"{self.settings.timeout_s} s for {text[:60]!r}")
             chunk = os.read(fd, 65536)
             if not chunk:
                 raise EOFError

@@ -59,25 +59,25 @@ class CTranslate2Engine(MtEngine):
             return path
 
     def __init__(self, **settings) -> None:
-        self.settings = self.Settings.check(settings).model_dump()
+        self.settings = self.Settings.check(settings)
         s = self.settings
-        self.folder = models.resolve(s["model_path"])
-        self.marian_pair = self._marian_pair() if s["model_type"] == "marian" else None
+        self.folder = models.resolve(s.model_path)
+        self.marian_pair = self._marian_pair() if s.model_type == "marian" else None
         self.translator = None
         self.encoders: dict[str, object] = {}   # "source"/"target" -> tokenizer
         self._pairs: frozenset[tuple[str, str]] | None = None
 
     def _marian_pair(self) -> tuple[str, str]:
-        pair = self.settings["pair"] or "-".join(self.folder.name.split("-")[-2:])
+        pair = self.settings.pair or "-".join(self.folder.name.split("-")[-2:])
         parts = pair.split("-")
         if len(parts) != 2 or not all(len(p) == 2 and p.isalpha() for p in parts):
-            raise ValueError(f"pair = {self.settings['pair']!r}: a marian model translates one "
+            raise ValueError(f"pair = {self.settings.pair!r}: a marian model translates one "
                              "direction; name it, e.g. pair = \"en-de\"")
         return parts[0], parts[1]
 
     def lang_token(self, code: str) -> str:
         """The model's token for an ISO 639-1 code (KeyError when it has none)."""
-        if self.settings["model_type"] == "nllb":
+        if self.settings.model_type == "nllb":
             return NLLB_CODES[code]
         return f"__{code}__"
 
@@ -86,11 +86,11 @@ class CTranslate2Engine(MtEngine):
         if self.marian_pair is not None:
             return frozenset({self.marian_pair})
         if self._pairs is None and not self.folder.is_dir() and \
-                self.settings["model_type"] == "nllb":   # a catalogue NLLB not fetched yet
+                self.settings.model_type == "nllb":   # a catalogue NLLB not fetched yet
             self._pairs = frozenset((a, b) for a in NLLB_CODES for b in NLLB_CODES if a != b)
         if self._pairs is None:
             vocab = self._vocabulary()
-            codes = NLLB_CODES if self.settings["model_type"] == "nllb" else \
+            codes = NLLB_CODES if self.settings.model_type == "nllb" else \
                 {t[2:-2]: t for t in vocab if len(t) == 6 and t[:2] == t[-2:] == "__"}
             known = sorted(c for c in codes if self.lang_token(c) in vocab)
             self._pairs = frozenset((a, b) for a in known for b in known if a != b)
@@ -120,11 +120,11 @@ class CTranslate2Engine(MtEngine):
         for side in ("source", "target"):
             self.encoders[side] = self._tokenizer(side)
         self.translator = ctranslate2.Translator(
-            str(self.folder), device="cpu", compute_type=self.settings["compute_type"],
-            intra_threads=int(self.settings["threads"]), inter_threads=1)
+            str(self.folder), device="cpu", compute_type=self.settings.compute_type,
+            intra_threads=int(self.settings.threads), inter_threads=1)
 
     def _tokenizer(self, side: str):
-        spm_files = ([self.folder / f"{side}.spm"] if self.settings["model_type"] == "marian"
+        spm_files = ([self.folder / f"{side}.spm"] if self.settings.model_type == "marian"
                      else []) + sorted(self.folder.glob("*.model")) + \
             sorted(self.folder.glob("*.spm"))
         for path in spm_files:
@@ -160,7 +160,7 @@ class CTranslate2Engine(MtEngine):
             tokens = [self.lang_token(src), *tokens]
             prefix = [[self.lang_token(tgt)]]
         result = self.translator.translate_batch(
-            [tokens], target_prefix=prefix, beam_size=int(self.settings["beam_size"]),
+            [tokens], target_prefix=prefix, beam_size=int(self.settings.beam_size),
             max_decoding_length=min(512, 3 * len(tokens) + 10))
         return result[0].hypotheses[0]
 

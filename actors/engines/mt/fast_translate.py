@@ -26,7 +26,7 @@ class FastTranslateEngine(MtEngine):
         threads: int = Field(1, ge=1, le=64)
 
     def __init__(self, **settings) -> None:
-        self.settings = self.Settings.check(settings).model_dump()
+        self.settings = self.Settings.check(settings)
         self.directions: dict[tuple[str, str], object] = {}
 
     def pairs(self) -> frozenset[tuple[str, str]]:

@@ -24,12 +24,12 @@ from pydantic import Field
 
 from voxweft.actors.settings.base import Settings, StartupError
 
+log = logging.getLogger("voxweft.tts")   # the TTS engines' logger
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
-_log = logging.getLogger("voxweft.tts")
-_CLAUSE_END = ".,;:!?…"
+CLAUSE_END = ".,;:!?…"
 # Closing quotes/brackets that may follow the mark ("Sim," -> 'Sim,"' still ends a clause).
-_CLOSERS = "\"'”’»)]"
-_MIN_WORDS = 3
+CLOSERS = "\"'”’»)]"
+MIN_WORDS = 3   # fewest words in a clause; shorter pieces are merged into a neighbour
 MID_CLAUSE_TAIL_S = 0.04   # silence kept after a chunk cut between two words of a clause
 _DEFAULT_MAX_CHARS = 200
 
@@ -59,7 +59,7 @@ def split_clauses(text: str, max_chars: int = _DEFAULT_MAX_CHARS) -> list[str]:
     cur: list[str] = []
     for word in words:
         cur.append(word)
-        if word.rstrip(_CLOSERS)[-1:] in _CLAUSE_END:
+        if word.rstrip(CLOSERS)[-1:] in CLAUSE_END:
             pieces.append(cur)
             cur = []
     if cur:
@@ -88,17 +88,17 @@ def split_clauses(text: str, max_chars: int = _DEFAULT_MAX_CHARS) -> list[str]:
 
     merged: list[list[str]] = []
     for piece in split:
-        if merged and len(merged[-1]) < _MIN_WORDS and fits(merged[-1], piece):
+        if merged and len(merged[-1]) < MIN_WORDS and fits(merged[-1], piece):
             merged[-1] = merged[-1] + piece
         else:
             merged.append(piece)
-    if len(merged) > 1 and len(merged[-1]) < _MIN_WORDS and fits(merged[-2], merged[-1]):
+    if len(merged) > 1 and len(merged[-1]) < MIN_WORDS and fits(merged[-2], merged[-1]):
         merged[-2:] = [merged[-2] + merged[-1]]
     return [" ".join(p) for p in merged]
 
 
-def _trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: float = 0.12,
-          threshold: float = 0.01) -> np.ndarray:
+def trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: float = 0.12,
+         threshold: float = 0.01) -> np.ndarray:
     """Cut near-silence at both ends, keeping a short lead-in and a tail.
 
     The tail is kept longer so consecutive clauses, played back to back, still have a pause.
@@ -125,7 +125,7 @@ def cpu_has_vnni() -> bool | None:
     return bool({"avx512_vnni", "avx_vnni"} & set(flags)) if flags else None
 
 
-def _release_freed_memory() -> None:
+def release_freed_memory() -> None:
     """Give memory freed while building a model back to the OS.
 
     glibc keeps it otherwise: ~700 MB after the float32 conversion.
@@ -142,7 +142,7 @@ def _release_freed_memory() -> None:
         pass
 
 
-def _espeak_path() -> str:
+def espeak_path() -> str:
     """Return the espeak-ng executable, or raise StartupError explaining how to install it."""
     path = shutil.which("espeak-ng")
     if path is None:
@@ -150,7 +150,7 @@ def _espeak_path() -> str:
     return path
 
 
-def _run_espeak(args: list[str], text: str) -> bytes:
+def run_espeak(args: list[str], text: str) -> bytes:
     """Run espeak-ng with ``text`` on stdin (so text starting with '-' is not read as an option)."""
     proc = subprocess.run(args, input=text.encode("utf-8"), capture_output=True, check=False)
     if proc.returncode != 0:
@@ -204,6 +204,11 @@ class TtsEngine(abc.ABC):
     def wants_voice(self) -> bool:
         """Whether it speaks in the speaker's voice: then tts hears the source speech (Voice)."""
         return False
+
+    @classmethod
+    def process_env(cls) -> dict[str, str]:
+        """Environment the actor process must start with (e.g. a preload); {} by default."""
+        return {}
 
     @abc.abstractmethod
     def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,

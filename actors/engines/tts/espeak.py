@@ -13,9 +13,9 @@ from pydantic import Field, field_validator
 from voxweft.actors.engines.tts import (
     Reference,
     TtsEngine,
-    _espeak_path,
-    _run_espeak,
-    _trim,
+    espeak_path,
+    run_espeak,
+    trim,
 )
 
 
@@ -56,7 +56,7 @@ class EspeakEngine(TtsEngine):
 
     def load(self) -> None:
         """Find espeak-ng and check that every configured voice speaks."""
-        self._exe = _espeak_path()
+        self._exe = espeak_path()
         # Probe every configured voice once: a bad voice name fails here, not mid-conversation.
         for lang in sorted(self.voices):
             if next(self.synthesize("ok", lang), None) is None:
@@ -74,8 +74,8 @@ class EspeakEngine(TtsEngine):
         args = [self._exe, "-v", self.voices[lang], "-s", str(round(self.rate_wpm * speed)),
                 "--stdout"]
         for clause in self.plan(text):
-            audio = self._decode(_run_espeak(args, clause))
-            audio = _trim(audio, self.sample_rate)
+            audio = self._decode(run_espeak(args, clause))
+            audio = trim(audio, self.sample_rate)
             if audio.size:
                 yield audio
 

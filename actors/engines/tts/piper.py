@@ -13,8 +13,8 @@ from pydantic import Field
 from voxweft.actors.engines.tts import (
     Reference,
     TtsEngine,
-    _trim,
     split_clauses,
+    trim,
 )
 from voxweft.actors.settings.base import StartupError
 
@@ -96,7 +96,7 @@ class PiperEngine(TtsEngine):
             # Piper splits its input into sentences itself; a clause is usually one.
             parts = [c.audio_float_array for c in self._voice.synthesize(clause, syn)]
             audio = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
-            audio = _trim(np.clip(audio, -1.0, 1.0), self.sample_rate)
+            audio = trim(np.clip(audio, -1.0, 1.0), self.sample_rate)
             if audio.size:
                 yield audio
 

@@ -40,7 +40,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from voxweft.actors.engines import models
-from voxweft.actors.engines.tts import Reference, TtsEngine, _log
+from voxweft.actors.engines.tts import Reference, TtsEngine, log
 from voxweft.actors.engines.tts.stretch import time_stretch
 from voxweft.actors.settings.base import StartupError
 
@@ -201,8 +201,8 @@ class VoxCpm2Engine(TtsEngine):
             pcm, rate = read_wav(Path(voice[5:]).expanduser())
             self._file_voice = Reference(key=voice, pcm=pcm, sample_rate=rate, text=(
                 self.settings.voice_text if self.settings.voice_mode == "prompt" else ""))
-        _log.info("voxcpm2: %s backend, %s, %d Hz, %.0f ms per patch", self.backend,
-                  self.folder, self.sample_rate, self.patch_s * 1000)
+        log.info("voxcpm2: %s backend, %s, %d Hz, %.0f ms per patch", self.backend,
+                 self.folder, self.sample_rate, self.patch_s * 1000)
 
     def _load_torch(self) -> None:
         threads = self.settings.threads
