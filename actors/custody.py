@@ -10,6 +10,8 @@ The rule, for every stage from the segmenter to tts:
   (a restart) or a new link count (a dropped connection, a sequence gap), as soon as that
   stage's heartbeat shows it hears this sender's current epoch (`Resync`).
 * A receiver handles a message at most once (`Seen`); duplicates are counted and dropped.
+* A stage that restarted takes what its upstream sends again before what the upstream sent
+  while it loaded (`Rejoin`), so utterances keep their order across a restart.
 * Drafts (`is_draft`: work ahead on an utterance that may go on) are outside custody: never
   held, never sent again, never taken for a duplicate of the final message.
 
@@ -29,6 +31,8 @@ from voxweft.protocol.messages import Message, Status, is_draft
 OUTBOX_UTTERANCES = 64
 #: Inputs a receiver remembers having handled (ids are a few dozen bytes).
 SEEN_INPUTS = 4096
+#: How long after it is ready a (re)started stage waits for its upstream to send again.
+REJOIN_WINDOW_S = 5.0
 
 
 class Outbox:
@@ -109,3 +113,68 @@ class Resync:
             return False
         self.token = token
         return True
+
+
+class Rejoin:
+    """A (re)started stage takes its upstream's messages in utterance order.
+
+    While a stage loads, its upstream goes on sending: those messages wait in ZeroMQ's queue
+    ahead of the held utterances the upstream sends again once it sees that the new stage
+    hears it (`Resync`). Taken as they come, later utterances would be spoken before earlier
+    ones. So, for `window_s` after the stage is ready, what an upstream that heartbeats sends
+    on the utterance path is held until that upstream has had one of our heartbeats sent
+    after we first heard it (its `echo_sent` for us says so): its resend has then gone out,
+    and the held messages are taken in the order of their last copy (a message sent live and
+    again counts where it was sent again). A sender that never gets there (a replay, a
+    test's stand-in) is released when the window ends: nothing is ever dropped here.
+    """
+
+    def __init__(self, me: str, window_s: float = REJOIN_WINDOW_S) -> None:
+        self.me, self.window_s = me, window_s
+        self.until: float | None = None         # set when the stage is ready
+        self.heard_ns: dict[str, int] = {}      # sender -> when we first heard it (our ns)
+        self.caught_up: set[str] = set()        # senders that have sent us their resend
+        self.held: dict[str, list[Message]] = {}
+
+    def ready(self, now: float) -> None:
+        """The stage is ready: the window starts."""
+        self.until = now + self.window_s
+
+    def holding(self, now: float) -> bool:
+        """Whether the window is open."""
+        return self.until is not None and now < self.until
+
+    def hold(self, msg: Message, now: float) -> bool:
+        """Hold `msg` (True) when it comes from an upstream that has not caught us up yet."""
+        if is_draft(msg) or not self.holding(now):
+            return False
+        if msg.src not in self.heard_ns or msg.src in self.caught_up:
+            return False
+        self.held.setdefault(msg.src, []).append(msg)
+        return True
+
+    def status(self, status: Status, now_ns: int) -> list[Message]:
+        """A sender's heartbeat: what to take now that it has caught us up, if anything.
+
+        Every heartbeat of ours sent after we first heard a sender tells it we hear it; once
+        it has had one (`echo_sent`), it has sent again all it holds for us.
+        """
+        if self.until is None:
+            return []
+        # +50 ms: a heartbeat built just before we heard the sender is stamped a moment later
+        since = self.heard_ns.setdefault(status.src, now_ns + 50_000_000)
+        if status.src in self.caught_up or status.echo_sent.get(self.me, 0) < since:
+            return []
+        self.caught_up.add(status.src)
+        return self._release(status.src)
+
+    def expired(self, now: float) -> list[Message]:
+        """Once the window has closed, everything still held, in order."""
+        if not self.held or self.holding(now):
+            return []
+        return [m for src in list(self.held) for m in self._release(src)]
+
+    def _release(self, src: str) -> list[Message]:
+        held = self.held.pop(src, [])
+        last = {Seen.key(m): i for i, m in enumerate(held)}
+        return [m for i, m in enumerate(held) if last[Seen.key(m)] == i]

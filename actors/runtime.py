@@ -33,7 +33,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from voxweft.actors.clock import Clocks
-from voxweft.actors.custody import Outbox, Resync, Seen
+from voxweft.actors.custody import Outbox, Rejoin, Resync, Seen
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol import sockets
 from voxweft.protocol.codec import ProtocolError, decode, encode
@@ -189,6 +189,7 @@ class Runtime:
         self.outbox = Outbox()
         self.seen = Seen()
         self.resync = Resync(actor.name, self.epoch)
+        self.rejoin = Rejoin(actor.name)
         self.links: collections.Counter[str] = collections.Counter()   # see Status.links
         self.endpoint_peer: dict[str, str] = {}
         self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""), actor.name)
@@ -375,20 +376,29 @@ class Runtime:
                 if msg.src == self.actor.downstream and self.resync.check(msg):
                     self._send_again(msg)
                 self._call(self.actor.handle, msg)
+                for held in self.rejoin.status(msg, now_ns()):
+                    self._take(held)
                 continue
-            self.actor.counters["rx"] += 1
-            if isinstance(msg, CUSTODY_TYPES):
-                if msg in self.seen:
-                    self.actor.counters["duplicates"] += 1
-                    self._call(self.actor.duplicate, msg)
-                    continue
-                self.seen.add(msg)
-            self._call(self.actor.handle, msg)
-            if self.fault and self.fault[0] == "crash_after" and \
-                    self.actor.counters["rx"] >= self.fault[1]:
-                log.error("%s: VOXWEFT_FAULT crash_after:%d reached", self.actor.name,
-                          self.fault[1])
-                os._exit(3)
+            if isinstance(msg, CUSTODY_TYPES) and self.rejoin.hold(msg, time.monotonic()):
+                self.actor.counters["held_at_rejoin"] += 1
+                continue
+            self._take(msg)
+
+    def _take(self, msg: Message) -> None:
+        """Handle one input (not a heartbeat): at most once on the utterance path."""
+        self.actor.counters["rx"] += 1
+        if isinstance(msg, CUSTODY_TYPES):
+            if msg in self.seen:
+                self.actor.counters["duplicates"] += 1
+                self._call(self.actor.duplicate, msg)
+                return
+            self.seen.add(msg)
+        self._call(self.actor.handle, msg)
+        if self.fault and self.fault[0] == "crash_after" and \
+                self.actor.counters["rx"] >= self.fault[1]:
+            log.error("%s: VOXWEFT_FAULT crash_after:%d reached", self.actor.name,
+                      self.fault[1])
+            os._exit(3)
 
     def _in_our_clock(self, msg: Message) -> Message:
         """Learn from heartbeats how far other hosts' clocks are; traces into our clock.
@@ -578,13 +588,18 @@ class Runtime:
             monitors[mon] = sock
             poller.register(mon, zmq.POLLIN)
         self.actor.ready_ns = now_ns()
+        self.rejoin.ready(time.monotonic())
         try:
             while not self.stop.is_set():
                 timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
+                if self.rejoin.held:   # release what is held when the window closes
+                    timeout_ms = min(timeout_ms, 200)
                 events = dict(poller.poll(timeout_ms))
                 for sock in inputs:
                     if sock in events:
                         self._receive(sock)
+                for held in self.rejoin.expired(time.monotonic()):
+                    self._take(held)
                 for mon, sock in monitors.items():
                     if mon in events:
                         self._reconnect(mon, sock)

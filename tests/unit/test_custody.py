@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from voxweft.actors.custody import Outbox, Resync, Seen
-from voxweft.protocol.messages import SpeechChunk, Status, Transcript
+from voxweft.actors.custody import Outbox, Rejoin, Resync, Seen
+from voxweft.protocol.messages import SpeechChunk, Status, Transcript, Translation
 
 
 def speech(utt, index):
@@ -58,3 +58,38 @@ def test_resync_sends_again_when_the_next_stage_restarts_or_rejoins():
     assert sync.check(status(8, {"asr": 100}, {"asr": 1}))   # its link to us broke
     assert not sync.check(status(8, {"asr": 99}))    # hears an older us: wait
     assert sync.check(status(8, {"asr": 100}, {"asr": 1}))   # hears us again
+
+
+def _from_mt(utt, final=True):
+    return Translation(src="mt", utt=utt, text=utt, final=final)
+
+
+def test_a_restarted_stage_takes_what_is_sent_again_before_what_came_while_it_loaded():
+    # tts restarted and loaded; mt went on sending u6, u7 meanwhile. mt sends again all it
+    # holds (u2..u7) once it has a heartbeat of ours saying we hear it. Order: u2..u7.
+    rejoin = Rejoin("tts")
+    rejoin.ready(now=0.0)
+    # mt's heartbeats queued while we loaded: it heard our loading heartbeats, not that we hear it
+    assert rejoin.status(Status(src="mt", echo_sent={"tts": 50}), now_ns=100) == []
+    assert rejoin.status(Status(src="mt", echo_sent={"tts": 90}), now_ns=101) == []
+    live = [_from_mt("u6"), _from_mt("u7")]
+    again = [_from_mt(u) for u in ("u2", "u3", "u4", "u5", "u6", "u7")]
+    assert all(rejoin.hold(m, now=1.0) for m in live + again)
+    assert not rejoin.hold(_from_mt("u8", final=False), now=1.0)     # drafts never wait
+    # mt has had a heartbeat of ours sent after we heard it (at 100): it has sent again
+    taken = rejoin.status(Status(src="mt", echo_sent={"tts": 100 + 60_000_000}), now_ns=200)
+    assert [m.utt for m in taken] == ["u2", "u3", "u4", "u5", "u6", "u7"]
+    assert not rejoin.hold(_from_mt("u8"), now=1.5)                  # then as they come
+
+
+def test_a_sender_that_never_catches_us_up_is_released_when_the_window_ends():
+    rejoin = Rejoin("tts", window_s=5.0)
+    assert not rejoin.hold(_from_mt("u1"), now=-1.0)   # not ready: nothing is held
+    rejoin.ready(now=0.0)
+    assert not rejoin.hold(_from_mt("u1"), now=0.1)    # no heartbeat from it: a stand-in
+    rejoin.status(Status(src="mt", echo_sent={"tts": 3}), now_ns=10)   # a replayed one
+    assert rejoin.hold(_from_mt("u2"), now=0.2) and rejoin.hold(_from_mt("u3"), now=0.3)
+    assert rejoin.status(Status(src="mt", echo_sent={"tts": 3}), now_ns=20) == []
+    assert rejoin.expired(now=4.9) == []
+    assert [m.utt for m in rejoin.expired(now=5.0)] == ["u2", "u3"]   # nothing dropped
+    assert not rejoin.hold(_from_mt("u4"), now=5.1) and rejoin.held == {}
