@@ -6,9 +6,9 @@ seconds and wall seconds per second of speech. CPU time, not wall time, is what 
 of one host share, and it barely changes when they warm up at the same time, as they do.
 
 `verdict` adds up, per host, what continuous speech costs: asr and mt per second of the
-speaker's speech, tts per second of its own speech, which is longer (Portuguese ~1.3x
-English at Kokoro's normal rate), plus a small share for the other actors, and compares it
-with the host's cores.
+speaker's speech, tts per second of the speech it translates (its own speech is longer or
+shorter, by language and voice: measured on a sentence whose English reading is known),
+plus a small share for the other actors, and compares it with the host's cores.
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ SPOKEN = {
     "de": "Es wurde nie übertroffen, da es vergleichsweise modern ist.",
     "en": "It has never been surpassed, being comparatively modern.",
 }
-#: Seconds of translated speech per second of source speech, at the normal speaking rate
-#: (measured: the LJ corpus in Portuguese with Kokoro, 1.3x). Other pairs: assumed 1.2.
+#: Seconds of English speech SPOKEN translates: "has never been surpassed" and "in being
+#: comparatively modern" as the LJ Speech reader says them (LJ001-0008 1.67 s, LJ001-0002
+#: 1.79 s of voiced speech). tts divides its cost by this: CPU per second of *source*.
+SPOKEN_SOURCE_S = 3.46
+#: Seconds of translated speech per second of source speech, for an engine whose budget
+#: does not say (`source_cpu`): the Japanese Kokoro voice in Portuguese made 1.3x.
 EXPANSION = {"pt": 1.3}
 DEFAULT_EXPANSION = 1.2
 #: CPU the other actors (capture, segmenter with Silero VAD, player) need, in cores
@@ -85,6 +89,18 @@ def with_variants(measured: dict[str, float], engine) -> dict[str, float]:
     Keys `rtf_<variant>`: e.g. asr compute_type auto, kokoro precision.
     """
     return {**measured, **{f"rtf_{k}": v for k, v in getattr(engine, "variants", {}).items()}}
+
+
+def source_cpu(measured: dict[str, float], tgt_lang: str) -> float:
+    """CPU seconds tts spends per second of source speech, from its budget heartbeat.
+
+    `source_cpu` when tts measured it (its warm-up sentence against the English it
+    translates: the voice's own speaking rate counts), else `cpu` times the assumed
+    expansion of the language.
+    """
+    if "source_cpu" in measured:
+        return measured["source_cpu"]
+    return measured["cpu"] * EXPANSION.get(tgt_lang, DEFAULT_EXPANSION)
 
 
 def sample_speech():
@@ -140,7 +156,6 @@ def verdict(topology, budgets: dict[str, dict[str, float]],
     `busy`: host -> cores busy with other work there (see `others_busy_cores`), if known.
     """
     ok, lines = True, []
-    expansion = EXPANSION.get(topology.tgt_lang, DEFAULT_EXPANSION)
     max_speed = getattr(topology.actors["tts"], "catchup_max_speed", 1.0)
     for host in topology.hosts_in_use():
         names = [a for a in ("asr", "mt", "tts") if topology.actors[a].host == host]
@@ -149,7 +164,8 @@ def verdict(topology, budgets: dict[str, dict[str, float]],
             continue
         cores = max(b.get("cores", 1.0) for b in have.values())
         taken = min((busy or {}).get(host, 0.0), cores)
-        need = {a: b["cpu"] * (expansion if a == "tts" else 1.0) for a, b in have.items()}
+        need = {a: source_cpu(b, topology.tgt_lang) if a == "tts" else b["cpu"]
+                for a, b in have.items()}
         others = OTHERS_CORES * sum(1 for a in ("capture", "segmenter", "player")
                                     if topology.actors[a].host == host)
         total = sum(need.values()) + others

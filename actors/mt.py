@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from voxweft.actors import budget, engines
+from voxweft.actors import budget, condense, engines
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.runtime import Actor
 from voxweft.protocol.messages import (
@@ -60,7 +60,11 @@ class MtActor(Actor):
                            msg.utt, msg.src_lang, self.engine.name,
                            ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.pairs())))
             return ""
-        return self.engine.translate(msg.text, msg.src_lang, tgt) if msg.text else ""
+        # Fillers, stutters and false starts take time to say and mean nothing: not translated.
+        text, removed = condense.disfluencies(msg.text, msg.src_lang)
+        if removed and not is_draft(msg):
+            self.counters["fillers_removed"] += removed
+        return self.engine.translate(text, msg.src_lang, tgt) if text else ""
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Translate a transcript into the configured target language.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from voxweft.actors import budget, engines, lag
+from voxweft.actors import budget, condense, engines, lag
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.runtime import Actor
 from voxweft.actors.voice import VoiceMemory
@@ -115,10 +115,16 @@ class TtsActor(Actor):
         for _ in self.engine.synthesize("Olá." if lang == "pt" else "Hello.", lang):
             pass
         made = []
-        self.budget = budget.with_variants(budget.measure(
+        measured = budget.measure(
             lambda: (made.append(len(pcm)) for pcm in self.engine.synthesize(
                 budget.SPOKEN.get(lang, budget.SPOKEN["en"]), lang)),
-            lambda: sum(made) / self.engine.sample_rate), self.engine)
+            lambda: sum(made) / self.engine.sample_rate)
+        # Per second of the English it translates: a voice that says it in less time costs
+        # less per second of the speaker's speech, whatever it costs per second of its own.
+        expansion = sum(made) / self.engine.sample_rate / budget.SPOKEN_SOURCE_S
+        self.budget = budget.with_variants({
+            **measured, "expansion": round(expansion, 3),
+            "source_cpu": round(measured["cpu"] * expansion, 3)}, self.engine)
 
     def voice(self, msg: Translation):
         """The speaker's voice for `msg` (None: the engine's own, or not enough heard yet)."""
@@ -222,6 +228,12 @@ class TtsActor(Actor):
                 chunks = engine.synthesize(msg.text, lang, plan.speed,
                                            eager=not plan.long_chunks, voice=self.voice(msg))
             for pcm in chunks:
+                if plan.speed > 1.0:   # speech is queued: the pauses nobody waits for go
+                    shorter = condense.shorten_pauses(pcm, engine.sample_rate,
+                                                      condense.PAUSE_WHEN_BEHIND_S)
+                    self.counters["pauses_cut_ms"] += round(
+                        1000 * (len(pcm) - len(shorter)) / engine.sample_rate)
+                    pcm = shorter
                 samples += len(pcm)
                 if index == 0:
                     trace = traced(trace, "tts.first")

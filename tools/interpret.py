@@ -34,6 +34,7 @@ from voxweft.protocol.messages import (
     trace_ns,
 )
 from voxweft.tools.captions import url
+from voxweft.tools.captions.room import SpokenShare
 from voxweft.tools.languages import fit_engines
 from voxweft.tools.latency import summarize, utterance_latency
 from voxweft.tools.subtitles import NOT_SPOKEN, write_subtitles
@@ -384,8 +385,12 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
         return 0
     lat = report["summary"]["speech_end_to_first_audio_s"]
     unspoken = sum(1 for u in collected.utterances() if collected.unspoken(u))
+    spoken = SpokenShare.of(
+        (collected.transcripts[u].text if u in collected.transcripts else "",
+         u in collected.started and not collected.unspoken(u)) for u in collected.utterances())
     print(f"voxweft: {len(collected.utterances())} utterance(s)"
-          f"{f' ({unspoken} not spoken: too late)' if unspoken else ''}; end of speech -> "
+          f"{f' ({unspoken} not spoken: too late)' if unspoken else ''}; spoken "
+          f"{spoken.percent()} of the source words; end of speech -> "
           f"first audio p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}",
           flush=True)
     return 0

@@ -81,13 +81,22 @@ def test_long_form_figures_from_playback_traces():
     collected.started["u"] = PlaybackEvent(utt="u", event="started", trace=(
         ("speech_start", t0 + 1 * S, 1.0), ("speech_end", t0 + 3 * S, 3.0),
         ("play.start", t0 + int(4.4 * S), None)))
-    rows = [{"utt": "u", "translation": "um dois três quatro", "played_s": 2.5}]
+    rows = [{"utt": "u", "translation": "um dois três quatro", "played_s": 2.5,
+             "media_end_s": 3.0}]
     lf = _longform(collected, rows, [], 10.0, t0)
     # Session: StartOffset 4.4; EndOffset 4.4 + 2.5 - 10 = -3.1; word delays 4.4, 5.025,
     # 5.65, 6.275 (none after the source's 10 s), |Y| = 4: LAAL = mean(d_i - (i-1) * 2.5)
     # = mean(4.4, 2.525, 0.65, -1.225) = 1.5875.
     assert lf["start_offset_s"] == 4.4 and lf["end_offset_s"] == -3.1
     assert lf["laal_ca_s"] == pytest.approx(1.588, abs=0.001)
+    # Not computation aware, out when its source was read (3.0 s): everything 1.4 s sooner.
+    assert lf["start_offset_nca_s"] == 3.0 and lf["end_offset_nca_s"] == -4.5
+    assert lf["laal_s"] == pytest.approx(0.188, abs=0.001)
+    # ATD: 10 source pieces read by 3.0 s (the last ends 3.0), 9 speech pieces (8 of 0.3 s
+    # and one of 0.1 s); piece t against source piece t: 3.0 + 0.3 t - 0.3 t = 3.0 s for
+    # t <= 8, then 5.5 - 2.7 = 2.8 s: (8 * 3.0 + 2.8) / 9. Computation aware: 1.4 s more.
+    assert lf["atd_s"] == pytest.approx(26.8 / 9, abs=0.001)
+    assert lf["atd_ca_s"] == pytest.approx(26.8 / 9 + 1.4, abs=0.001)
     # As its own source (1.0 -> 3.0 s): the first word is heard at 3.4 s > 2 s, so LAAL = 3.4.
     assert lf["laal_ca_sentence_mean_s"] == 3.4 and lf["sentences"] == 1
     assert _longform(collected, rows, [], 10.0, None) is None
@@ -136,6 +145,8 @@ def test_soak_series_trends_and_queue_depth():
         "floor": {"ratio_p50": 1.2}, "bus": None, "soak": soak,
         "lag": {"max_lag_s": 6.0, "max_s": 6.4}})}
     assert targets["end of speech -> first audio p50 (s)"]["met"] is True
+    assert targets["spoken share (% of source words)"]["met"] is None   # not measured
+    assert targets["LAAL_CA (s)"]["value"] is None
     assert targets["end of speech -> first voiced audio p50 (s)"]["met"] is False
     assert targets["max lag (s), within the bound"]["met"] is False
     assert targets["pipeline / in-process floor (p50)"]["met"] is False
@@ -189,3 +200,67 @@ def test_per_word_asr_lag():
     # words end at 2.5 s and 3.5 s: published 3.0 s and 2.0 s later
     assert lag == {"words": 2, "mean_s": 2.5, "p50_s": 2.5, "max_s": 3.0}
     assert _word_lag(collected, floor_rows, None)["words"] == 0   # --fast: no real time
+
+
+def test_spoken_share_condensing_and_tts_cpu_headline():
+    from voxweft.actors.budget import EXPANSION
+    from voxweft.protocol.messages import Status
+    from voxweft.tools.bench.run import BenchCollector, Item, Placed, _spoken, _targets
+
+    collected = BenchCollector()
+    collected.statuses["mt"] = [Status(src="mt", counters={"fillers_removed": 3})]
+    collected.statuses["tts"] = [Status(src="tts", counters={"pauses_cut_ms": 1250,
+                                                             "lag_speedup": 4, "lag_skip": 1})]
+    rows = [{"text": "one two three", "played": True, "not_spoken": ""},
+            {"text": "four five", "played": False, "not_spoken": "9.1 s behind the speaker"},
+            {"text": "six", "played": True, "not_spoken": ""},
+            {"text": None, "played": False, "not_spoken": ""}]   # no transcript: no words
+    item = Item("a", None, None, None)
+    placed = [Placed(item, 0.5, 10.5), Placed(item, 11.5, 21.5)]   # 20 s of source speech
+    spoken = _spoken(collected, rows, placed, {"tts": {"cpu_s_after_ready": 25.0}},
+                     {"engines": {"tts": {"cpu": 0.9}}}, "pt")
+    assert spoken == {
+        "share": 0.6667, "words_spoken": 4, "words": 6, "utterances_spoken": 2,
+        "utterances_not_spoken": 2, "utterances": 4, "fillers_removed": 3, "pauses_cut_s": 1.25,
+        "lag_speedup": 4, "lag_long_chunks": 0, "lag_skip": 1, "tts_cpu_per_source_s": 1.25,
+        "tts_budget_cpu_per_source_s": round(0.9 * EXPANSION["pt"], 3)}
+    # Actors that count none of it, nothing committed: zeros and unknowns, no error.
+    bare = _spoken(BenchCollector(), [], [], {}, {"engines": {}}, "xx")
+    assert bare["share"] is None and bare["utterances"] == 0 and bare["pauses_cut_s"] == 0
+    assert bare["tts_cpu_per_source_s"] is None and bare["tts_budget_cpu_per_source_s"] is None
+
+    def targets(spoken):
+        return {t["name"]: t for t in _targets({
+            "latency": {"speech_end_to_first_audio_s": {"p50": None}},
+            "floor": {"ratio_p50": None}, "spoken": spoken, "longform": {"laal_ca_s": 2.5},
+            "asr_word_lag": {"mean_s": 1.6}})}
+
+    got = targets(spoken)
+    share = got["spoken share (% of source words)"]
+    assert share["value"] == 66.7 and share["target"] == 100 and share["met"] is False
+    assert targets({**spoken, "share": 1.0})["spoken share (% of source words)"]["met"] is True
+    assert got["LAAL_CA (s)"]["met"] is True                       # 2.5 <= 3.0
+    lag = got["per-word ASR lag mean (s)"]
+    assert lag["target"] == 1.5 and lag["met"] is False
+    cpu = got["tts CPU s per s of source"]
+    assert cpu["value"] == 1.25 and cpu["target"] == 0.8 and cpu["met"] is False
+
+
+def test_the_machine_and_how_busy_it_was(monkeypatch):
+    from voxweft.protocol.messages import Status
+    from voxweft.tools.bench import run
+
+    measured = []
+    monkeypatch.setattr(run.Collector, "finished", lambda self: True)
+    monkeypatch.setattr(run.cpu_budget, "others_busy_cores",
+                        lambda pids: measured.append(pids) or 1.5)
+    collected = run.BenchCollector()
+    collected.statuses["tts"] = [Status(src="tts", pid=4321)]
+    collected.statuses["mt"] = [Status(src="mt")]                  # no pid heard
+    assert collected.finished() and collected.finished()
+    assert measured == [[4321]]                                    # once, the actors left out
+    host = run._host(0.5, 0.25, collected)
+    assert host["cpu_model"] and host["vnni"] in (True, False, None)
+    assert host["load_1min_start"] == 0.5 and isinstance(host["load_1min_end"], float)
+    assert host["others_busy_cores_start"] == 0.25 and host["others_busy_cores_end"] == 1.5
+    assert run._host(0.5, 0.25, run.BenchCollector())["load_1min_end"] is None

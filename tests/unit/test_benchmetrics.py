@@ -150,7 +150,8 @@ def test_longform_on_the_schedule():
     # LAAL = (18.5 - 21 * 5.5 / 7) / 7 = (18.5 - 16.5) / 7 = 2/7
     out = bm.longform(SOURCE, SEGMENTS)
     assert out == {"start_offset_s": 1.0, "end_offset_s": 0.5, "laal_ca_s": round(2 / 7, 3),
-                   "source_duration_s": 5.5, "output_words": 7}
+                   "atd_ca_s": None, "start_offset_nca_s": None, "end_offset_nca_s": None,
+                   "laal_s": None, "atd_s": None, "source_duration_s": 5.5, "output_words": 7}
     # a 14-word reference: step 5.5/14, LAAL = (18.5 - 21 * 5.5 / 14) / 7 = (18.5 - 8.25) / 7
     assert bm.longform(SOURCE, SEGMENTS, ref_words=14)["laal_ca_s"] == round(10.25 / 7, 3)
     empty = bm.longform(SOURCE, [])
@@ -210,3 +211,45 @@ def test_t_table_continues_smoothly():
     assert bm._t95(31) < bm._t95(30)
     assert bm._t95(60) == pytest.approx(2.000, abs=1e-3)
     assert bm._t95(120) == pytest.approx(1.980, abs=1e-3)
+
+
+def test_longform_not_computation_aware_from_the_source_read():
+    # The same three segments, each out as soon as its source was read: at 0.5, 1.5, 4.5 s.
+    # Played 0.5..2.5, 2.5..3.5, 4.5..5.5: StartOffset 0.5, EndOffset 5.5 - 5.5 = 0; word
+    # delays 0.5, 1, 1.5, 2, 2.5, 3, 4.5 (none >= 5.5): LAAL = (15 - 21 * 5.5 / 7) / 7 = -1.5 / 7
+    out = bm.longform(SOURCE, SEGMENTS, read_s=[0.5, 1.5, 4.5])
+    assert out["start_offset_nca_s"] == 0.5 and out["end_offset_nca_s"] == 0.0
+    assert out["laal_s"] == round(-1.5 / 7, 3)
+    assert out["start_offset_s"] == 1.0 and out["laal_ca_s"] == round(2 / 7, 3)   # as before
+    assert out["atd_s"] == round(bm.atd([0.5, 1.5, 4.5], [(0.5, 2.0, 4), (1.5, 1.0, 2),
+                                                          (4.5, 1.0, 1)]), 3)
+    assert out["atd_ca_s"] == round(bm.atd([0.5, 1.5, 4.5], SEGMENTS), 3)
+    assert out["atd_ca_s"] > out["atd_s"]
+
+
+# ATD (SimulEval's ATDScorer, speech in and out): 300 ms pieces on both sides.
+
+
+def test_atd_hand_computed_with_output_ahead_of_the_source():
+    # Chunk 1: 0.3 s of source read (piece x1 ends 0.3), then 0.9 s of speech out at 0.3 s:
+    # pieces y1..y3 end 0.6, 0.9, 1.2. Chunk 2: source up to 0.6 s (x2 ends 0.6), 0.3 s of
+    # speech out at 0.6 s, played after chunk 1: y4 ends 1.5.
+    # a(t) = min(t - f(t), pieces read): y1..y3 -> x1 (only x1 read); y4: f = 3 - 1 = 2 earlier
+    # output pieces ahead of the source, a = min(4 - 2, 2) = 2 -> x2.
+    # ATD = ((0.6 - 0.3) + (0.9 - 0.3) + (1.2 - 0.3) + (1.5 - 0.6)) / 4 = 2.7 / 4
+    read = [0.3, 0.6]
+    assert bm.atd(read, [(0.3, 0.9, 3), (0.6, 0.3, 1)]) == pytest.approx(0.675)
+    # Computation aware: the same chunks out at 0.5 s and 1.5 s (wall clock): y ends 0.8, 1.1,
+    # 1.4 and 1.8: ((0.8 + 1.1 + 1.4 - 3 * 0.3) + (1.8 - 0.6)) / 4 = 3.6 / 4
+    assert bm.atd(read, [(0.5, 0.9, 3), (1.5, 0.3, 1)]) == pytest.approx(0.9)
+
+
+def test_atd_last_pieces_are_shorter_and_equal_reads_are_one_chunk():
+    # 0.5 s read: x1 ends 0.3, x2 (0.2 s) 0.5; 0.4 s out at 0.5: y1 ends 0.8, y2 (0.1 s) 0.9.
+    # ((0.8 - 0.3) + (0.9 - 0.5)) / 2 = 0.45
+    assert bm.atd([0.5], [(0.5, 0.4, 2)]) == pytest.approx(0.45)
+    # two segments out at the same point are one chunk of 0.4 s: the same figure
+    assert bm.atd([0.5, 0.5], [(0.5, 0.2, 1), (0.5, 0.2, 1)]) == pytest.approx(0.45)
+    # as much output as source, each chunk out when read: piece t against source piece t
+    assert bm.atd([0.6, 1.2], [(0.6, 0.6, 2), (1.2, 0.3, 1)]) == pytest.approx(0.6)
+    assert bm.atd([], []) is None and bm.atd([0.5], [(0.5, 0.0, 0)]) is None

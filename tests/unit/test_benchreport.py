@@ -42,17 +42,27 @@ def sample_report():
     return {
         "schema": "voxweft-bench/1", "created": "2025-01-02T03:04:05Z",
         "command": "voxweft bench --corpus samples --soak 30",
-        "host": {"platform": "Linux-6.1", "machine": "x86_64", "cpus": 16, "python": "3.12.3"},
+        "host": {"platform": "Linux-6.1", "machine": "x86_64", "cpus": 16, "python": "3.12.3",
+                 "cpu_model": "Intel(R) Xeon(R) Gold 6338", "vnni": True,
+                 "load_1min_start": 0.42, "load_1min_end": 2.07,
+                 "others_busy_cores_start": 0.05, "others_busy_cores_end": 1.02},
         "config": {"topology": "local", "corpus": "samples", "files": 3, "src_lang": "en",
                    "tgt_lang": "pt", "fast": False, "pause_s": 1.0, "soak_minutes": 30,
                    "engines": {"asr": "faster-whisper base", "mt": "ctranslate2 nllb",
                                "tts": "piper"}},
+        "spoken": {"share": 0.9734, "words_spoken": 1180, "words": 1212,
+                   "utterances_spoken": 63, "utterances_not_spoken": 2, "utterances": 65,
+                   "fillers_removed": 12, "pauses_cut_s": 8.44, "lag_speedup": 40,
+                   "lag_long_chunks": 12, "lag_skip": 2, "tts_cpu_per_source_s": 1.053,
+                   "tts_budget_cpu_per_source_s": 1.092},
         "utterances": utterances,
         "latency": {"speech_end_to_first_audio_s": _s(0.873), "segment_to_first_audio_s": _s(0.63),
                     "stages_s": {name: _s(max(t, 0.001))
                                  for name, t in zip(STAGES, stage_times, strict=True)}},
         "longform": {"start_offset_s": 3.412, "end_offset_s": 1.205, "laal_ca_s": 2.318,
-                     "source_duration_s": 8.5, "output_words": 17},
+                     "atd_ca_s": 2.914, "start_offset_nca_s": 2.5, "end_offset_nca_s": 0.617,
+                     "laal_s": 1.474, "atd_s": 1.806, "source_duration_s": 8.5,
+                     "output_words": 17},
         "floor": {"pipeline_s": _s(0.873), "floor_s": _s(0.55), "ratio_p50": 1.587},
         "lag": {"max_lag_s": 6.0, "max_s": 5.81, "p95_s": 5.2, "slope_s_per_min": -0.012,
                 "slope_ci95_s_per_min": 0.27, "slope_distinguishable_from_zero": False,
@@ -114,8 +124,11 @@ def test_markdown_full_report_has_key_figures():
                    "0.873 | yes |", "**NO**", "## Latency (s)", "| speech end -> first audio | 3 "
                    "| 0.873 |", "tts_first_chunk", "ratio p50 1.59", "## Bus",
                    "| tcp | flood |", "4.400", "WER 0.0714", "BLEU 41.27", "chrF 63.50",
-                   "round trip WER 0.2500", "## Resources", "612.4", "StartOffset 3.412 s",
-                   "LAAL_CA 2.318 s", "## Soak (30 min)", "flat within noise", "drifting",
+                   "round trip WER 0.2500", "## Resources", "612.4",
+                   "| StartOffset | 2.500 | StartOffset_CA | 3.412 |",
+                   "| EndOffset | 0.617 | EndOffset_CA | 1.205 |",
+                   "| LAAL | 1.474 | LAAL_CA | 2.318 |", "| ATD | 1.806 | ATD_CA | 2.914 |",
+                   "## Soak (30 min)", "flat within noise", "drifting",
                    "player late=2", "max 3", "## Lag behind the speaker",
                    "bound (max_lag_s): 6.0; lag (speech end -> first audio) max 5.81 s",
                    "slope -0.012 ± 0.270 s per minute (flat within noise)",
@@ -128,7 +141,27 @@ def test_markdown_full_report_has_key_figures():
                    "first chunk made ahead 1.02 s (3), not 2.50 s (3)",
                    "| asr | 90 | 60 | 30 | 0 | 0.67 | 0.92 | 18.20 | 6.10 | 1.52 |"):
         assert needle in md, needle
-    assert md.count("\n") < 95          # compact
+    assert md.count("\n") < 110         # compact
+
+
+def test_markdown_opens_with_the_spoken_share_and_the_machine():
+    lines = br.markdown(sample_report()).splitlines()
+    assert lines[0].startswith("# voxweft bench")
+    assert lines[2] == ("**Spoken: 97.3 % of the source words** (1180 of 1212 words; 2 of 65 "
+                        "utterances not spoken)")
+    assert lines[4] == ("- condensed: fillers removed 12 words, pauses cut 8.4 s; lag steps: "
+                        "speed-up 40, long chunks 12, skip 2")
+    assert lines[5] == ("- tts CPU 1.05 s per s of source speech (the budget counted on 1.09)")
+    machine = next(line for line in lines if line.startswith("- Machine:"))
+    assert machine == ("- Machine: Intel(R) Xeon(R) Gold 6338, 16 cores, VNNI yes; load 1-min "
+                       "avg at start 0.42, at end 2.07; cores busy with other work at start "
+                       "0.05, at end 1.02")
+    old = sample_report()
+    del old["spoken"]
+    old["host"] = {"cpus": 2}   # a report from before: no headline, the machine unknown
+    md = br.markdown(old)
+    assert "Spoken" not in md and "- Machine: -, 2 cores, VNNI unknown; load 1-min avg at " \
+        "start -, at end -" in md
 
 
 def test_markdown_tolerates_missing_sections():
@@ -204,6 +237,8 @@ def test_compare_flags_regressions():
     new["quality"]["asr"]["wer"] = 0.05                               # better
     new["resources"]["asr"]["peak_rss_mb"] = 700.0                    # +14 %
     new["resources"]["tts"]["cpu_s"] = 10.0                           # better
+    new["spoken"]["share"] = 0.95                                     # less spoken
+    new["spoken"]["tts_cpu_per_source_s"] = 1.1                       # +4.5 %, within 10 %
     text = br.compare(old, new)
     line = _line(text, "latency speech_end_to_first_audio_s p50:")
     assert line.startswith("latency speech_end_to_first_audio_s p50: 0.8730 -> 1.0476 "
@@ -214,7 +249,9 @@ def test_compare_flags_regressions():
     assert br.REGRESSION not in _line(text, "quality asr wer:")
     assert br.REGRESSION in _line(text, "resources asr peak_rss_mb:")
     assert br.REGRESSION not in _line(text, "resources tts cpu_s:")
-    assert text.rstrip().endswith("4 regression(s)")
+    assert br.REGRESSION in _line(text, "spoken share:")
+    assert br.REGRESSION not in _line(text, "spoken tts_cpu_per_source_s:")
+    assert text.rstrip().endswith("5 regression(s)")
 
 
 def test_compare_missing_keys_and_other_schema():

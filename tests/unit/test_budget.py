@@ -46,15 +46,26 @@ def test_verdict_adds_up_what_continuous_speech_needs_per_host():
     # 0.2 + 0.05 + 0.5 x 1.3 (Portuguese is longer) + 3 x 0.1 = 1.2 <= 0.9 x 2 cores
     assert ok and lines == ["budget on local: continuous speech needs asr 0.20 + mt 0.05 + "
                             "tts 0.65 + others 0.3 = 1.20 of 2 cores: keeps up"]
-    tight = {**cheap, "tts": {"cpu": 1.0, "cores": 2.0}}   # 1.85; at 1.3x speed 1.55
+    tight = {**cheap, "tts": {"cpu": 1.0, "cores": 2.0}}   # 1.85; at 1.4x speed 1.48
     ok, lines = budget.verdict(topo, tight)
-    assert ok and lines[0].endswith("keeps up only by speaking faster (1.3x) when speech queues")
-    slow = {**cheap, "tts": {"cpu": 2.0, "cores": 2.0}}    # 3.15; at 1.3x 2.55 > 1.8
+    assert ok and lines[0].endswith("keeps up only by speaking faster (1.4x) when speech queues")
+    slow = {**cheap, "tts": {"cpu": 2.0, "cores": 2.0}}    # 3.15; at 1.4x 2.41 > 1.8
     ok, lines = budget.verdict(topo, slow)
-    assert not ok and "does NOT keep up" in lines[0] and "skip ~29 %" in lines[0]
+    assert not ok and "does NOT keep up" in lines[0] and "skip ~25 %" in lines[0]
     assert "tts (kokoro) is the heaviest: a lighter engine" in lines[0]
     assert lines[0].endswith("or a host of its own")
     assert budget.verdict(topo, {"asr": cheap["asr"]}) == (True, [])   # not all measured
+
+
+def test_tts_is_counted_per_second_of_the_speech_it_translates():
+    """A voice that measured its own expansion is counted by it, not by the language's."""
+    topo = _topo()
+    measured = {"asr": {"cpu": 0.2, "cores": 2.0}, "mt": {"cpu": 0.05, "cores": 2.0},
+                "tts": {"cpu": 1.0, "expansion": 1.05, "source_cpu": 1.05, "cores": 2.0}}
+    ok, lines = budget.verdict(topo, measured)
+    assert "tts 1.05 + others 0.3 = 1.60 of 2 cores: keeps up" in lines[0]
+    assert budget.source_cpu({"cpu": 1.0}, "pt") == pytest.approx(1.3)
+    assert budget.source_cpu({"cpu": 1.0}, "de") == pytest.approx(budget.DEFAULT_EXPANSION)
 
 
 def test_verdict_judges_each_host_on_its_own_cores():

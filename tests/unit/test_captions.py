@@ -53,7 +53,8 @@ def test_an_utterance_grows_then_is_final_translated_and_timed():
     (_, u), stats = r.apply(PlaybackEvent(utt="u1", event="started", trace=trace(100 * S)))
     assert u["spoken"] and u["latency_s"] == 2.3
     assert u["stages"] == {"endpointing": 0.4, "asr": 0.7, "mt": 0.2, "tts": 0.9, "play": 0.1}
-    assert stats == ("stats", {"lag_s": 2.3, "utterances": 1})
+    assert stats == ("stats", {"lag_s": 2.3, "utterances": 1, "spoken_share": 1.0,
+                               "utterances_spoken": 1, "utterances_not_spoken": 0})
     (_, u2), = r.apply(Transcript(utt="u2", text="Next.", media_start_s=4.0, media_end_s=5.0))
     assert u2["order"] == 2
     kinds = [k for k, _ in r.snapshot()]
@@ -74,6 +75,32 @@ def test_a_translation_not_spoken_is_said_so_on_the_page_and_in_the_subtitles():
     assert vtt.index("Primeiro.") < vtt.index("Segundo.")
     srt = r.subtitles("source", "srt")
     assert "00:00:00,500 --> 00:00:01,500\nFirst." in srt and "Second." in srt
+
+
+def test_the_share_of_words_spoken_counts_the_whole_talk():
+    r = room()
+    assert r.stats()[1]["spoken_share"] is None   # no fate known yet
+    # KEEP + 10 utterances of 3 words, every tenth not spoken: the share is over all of them,
+    # not over the KEEP the page still holds.
+    n = KEEP + 10
+    for i in range(n):
+        r.apply(Transcript(utt=f"u{i}", text="one two three"))
+        event = "skipped" if i % 10 == 0 else "started"
+        r.apply(PlaybackEvent(utt=f"u{i}", event=event, reason="too late", trace=trace(i * S)))
+    skipped = n // 10
+    stats = r.stats()[1]
+    assert stats["utterances_not_spoken"] == skipped and stats["utterances_spoken"] == n - skipped
+    assert stats["spoken_share"] == round((n - skipped) / n, 4)
+    # A playback event sent again (a restarted player) counts once.
+    r.apply(PlaybackEvent(utt=f"u{n - 1}", event="started", trace=trace(0)))
+    assert r.stats()[1] == stats
+    # Drafts have no words that count; a final transcript after the fate does.
+    r.apply(Transcript(utt="late", text="a draft of six words here", final=False))
+    (_, u), (_, late) = r.apply(PlaybackEvent(utt="late", event="skipped", reason="too late"))
+    assert late["utterances_not_spoken"] == skipped + 1
+    assert late["spoken_share"] == stats["spoken_share"]
+    (_, u), (_, final) = r.apply(Transcript(utt="late", text="four more words here"))
+    assert final["spoken_share"] == round(3 * (n - skipped) / (3 * n + 4), 4)
 
 
 def test_only_the_last_utterances_are_kept():

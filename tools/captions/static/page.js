@@ -9,6 +9,8 @@
   const STAGES = ['endpointing', 'asr', 'mt', 'tts', 'play'];
   const LAT_SCALE_S = 10;   // a full latency track is this many seconds
   const LAT_SLOW_S = 5;     // latency text turns amber above this
+  const SPOKEN_WARN = 0.9;  // the share of words spoken turns amber below this ...
+  const SPOKEN_BAD = 0.75;  // ... and red below this
   const NEAR_BOTTOM_PX = 48;
   const RETRY_MIN_MS = 1000;
   const RETRY_MAX_MS = 30000;
@@ -361,6 +363,22 @@
       if (lag > 30) s.classList.add('bad');
       else if (lag > 10) s.classList.add('warn');
       s.title = 'how far the spoken translation is behind the speaker';
+      parts.push(s);
+    }
+    const share = num(d.spoken_share);
+    if (share != null) {
+      // Rounded down: "100 %" only when every word was spoken.
+      const pct = Math.floor(share * 100 + 1e-9);
+      const notSpoken = num(d.utterances_not_spoken) || 0;
+      const known = notSpoken + (num(d.utterances_spoken) || 0);
+      let text = `spoken ${pct} % of words`;
+      if (notSpoken) {
+        text += ` (${notSpoken} of ${known} utterance${known === 1 ? '' : 's'} not spoken)`;
+      }
+      const s = el('span', 'spoken', text);
+      if (share < SPOKEN_BAD) s.classList.add('bad');
+      else if (share < SPOKEN_WARN) s.classList.add('warn');
+      s.title = 'share of the words said whose translation was spoken (the rest came too late)';
       parts.push(s);
     }
     const n = num(d.utterances);
