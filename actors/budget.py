@@ -86,9 +86,11 @@ def measure(run: Callable[[], Iterable[object] | None],
 def with_variants(measured: dict[str, float], engine) -> dict[str, float]:
     """`measured`, plus what each variant of the engine cost when it chose one at load.
 
-    Keys `rtf_<variant>`: e.g. asr compute_type auto, kokoro precision.
+    Keys `variant_<name>`, in the engine's own measure: asr compute_type auto (wall s per s
+    of speech: its latency), kokoro precision (CPU s per s of speech: what it shares).
     """
-    return {**measured, **{f"rtf_{k}": v for k, v in getattr(engine, "variants", {}).items()}}
+    return {**measured,
+            **{f"variant_{k}": v for k, v in getattr(engine, "variants", {}).items()}}
 
 
 def source_cpu(measured: dict[str, float], tgt_lang: str) -> float:

@@ -12,8 +12,8 @@ behind it is (see `decide`):
    pauses inside its speech are cut to 0.15 s (`actors.condense`). It ramps with the speech
    queued at the player and is at full speed from half the bound on. Faster speech is also
    cheaper to make. (Before that, mt took the fillers and stutters out of the source.)
-2. long chunks: from half the bound on, when the first audio would wait at the player anyway,
-   the text is synthesized in long chunks, which costs less per second of speech.
+2. long chunks: when the first audio would wait at the player anyway (speech queued), the
+   text is synthesized in long chunks, which costs less per second of speech (7 %).
 3. backlog engine: a faster engine (`backlog_engine`) speaks the utterance, from three
    quarters of the bound on. None by default: the only faster engine for Portuguese here
    (espeak-ng) is not understood (round-trip WER 108 %).
@@ -67,12 +67,14 @@ def decide(*, since_end_s: float, queued_s: float, first_chunk_s: float, max_lag
     if lag > max_lag_s:
         return Decision(lag, skip=f"{lag:.1f} s behind the speaker, over max_lag_s "
                                   f"{max_lag_s:g} s")
+    # Long chunks while speech is queued: the first audio waits at the player anyway (the
+    # tts actor also checks the long chunk will be made before the queued speech ends: a
+    # long first chunk takes longer to make, tts first chunk p50 0.61 -> 1.08 s unchecked).
+    long_chunks = queued_s > 2 * first_chunk_s
     if lag <= FULL_SPEED_AT * max_lag_s:
-        return Decision(lag, speed_for_queue)
-    # Falling behind: full speed, and long chunks while speech is queued (a long first chunk
-    # takes longer to make: where nothing needs saving it only made the first audio later,
-    # tts first chunk p50 0.61 -> 1.08 s on a continuous talk).
-    return Decision(lag, max_speed, queued_s > 2 * first_chunk_s,
+        return Decision(lag, speed_for_queue, long_chunks)
+    # Falling behind: full speed.
+    return Decision(lag, max_speed, long_chunks,
                     has_backlog_engine and lag > BACKLOG_ENGINE_AT * max_lag_s)
 
 

@@ -211,17 +211,20 @@ def test_spoken_share_condensing_and_tts_cpu_headline():
     collected.statuses["mt"] = [Status(src="mt", counters={"fillers_removed": 3})]
     collected.statuses["tts"] = [Status(src="tts", counters={"pauses_cut_ms": 1250,
                                                              "lag_speedup": 4, "lag_skip": 1})]
-    rows = [{"text": "one two three", "played": True, "not_spoken": ""},
-            {"text": "four five", "played": False, "not_spoken": "9.1 s behind the speaker"},
-            {"text": "six", "played": True, "not_spoken": ""},
-            {"text": None, "played": False, "not_spoken": ""}]   # no transcript: no words
+    rows = [{"text": "one two three", "played": True, "not_spoken": "", "complete": True},
+            {"text": "four five", "played": False, "not_spoken": "9.1 s behind the speaker",
+             "complete": None},
+            {"text": "six", "played": True, "not_spoken": "", "complete": None},
+            # the player gave up on it part of the way: not spoken
+            {"text": "seven eight", "played": True, "not_spoken": "", "complete": False},
+            {"text": None, "played": False, "not_spoken": "", "complete": None}]   # no words
     item = Item("a", None, None, None)
     placed = [Placed(item, 0.5, 10.5), Placed(item, 11.5, 21.5)]   # 20 s of source speech
     spoken = _spoken(collected, rows, placed, {"tts": {"cpu_s_after_ready": 25.0}},
                      {"engines": {"tts": {"cpu": 0.9}}}, "pt")
     assert spoken == {
-        "share": 0.6667, "words_spoken": 4, "words": 6, "utterances_spoken": 2,
-        "utterances_not_spoken": 2, "utterances": 4, "fillers_removed": 3, "pauses_cut_s": 1.25,
+        "share": 0.5, "words_spoken": 4, "words": 8, "utterances_spoken": 2,
+        "utterances_not_spoken": 3, "utterances": 5, "fillers_removed": 3, "pauses_cut_s": 1.25,
         "lag_speedup": 4, "lag_long_chunks": 0, "lag_skip": 1, "tts_cpu_per_source_s": 1.25,
         "tts_budget_cpu_per_source_s": round(0.9 * EXPANSION["pt"], 3)}
     # Actors that count none of it, nothing committed: zeros and unknowns, no error.
@@ -237,7 +240,7 @@ def test_spoken_share_condensing_and_tts_cpu_headline():
 
     got = targets(spoken)
     share = got["spoken share (% of source words)"]
-    assert share["value"] == 66.7 and share["target"] == 100 and share["met"] is False
+    assert share["value"] == 50.0 and share["target"] == 100 and share["met"] is False
     assert targets({**spoken, "share": 1.0})["spoken share (% of source words)"]["met"] is True
     assert got["LAAL_CA (s)"]["met"] is True                       # 2.5 <= 3.0
     lag = got["per-word ASR lag mean (s)"]

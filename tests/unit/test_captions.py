@@ -77,6 +77,17 @@ def test_a_translation_not_spoken_is_said_so_on_the_page_and_in_the_subtitles():
     assert "00:00:00,500 --> 00:00:01,500\nFirst." in srt and "Second." in srt
 
 
+def test_an_utterance_the_player_cut_off_is_not_counted_as_spoken():
+    r = room()
+    r.apply(Transcript(utt="u1", text="one two three four"))
+    r.apply(PlaybackEvent(utt="u1", event="started", trace=trace(S)))
+    assert r.stats()[1]["spoken_share"] == 1.0
+    assert r.apply(PlaybackEvent(utt="u1", event="finished", complete=True)) == []
+    (_, u), (_, stats) = r.apply(PlaybackEvent(utt="u1", event="finished", complete=False))
+    assert u["not_spoken"].startswith("cut off") and stats["spoken_share"] == 0.0
+    assert stats["utterances_not_spoken"] == 1
+
+
 def test_the_share_of_words_spoken_counts_the_whole_talk():
     r = room()
     assert r.stats()[1]["spoken_share"] is None   # no fate known yet

@@ -27,8 +27,10 @@ def test_steps_follow_the_projected_lag():
     # lag = since the speech ended + max(queued at the player, first chunk 0.5 s)
     d = _decide(1.0)
     assert d.lag_s == 1.5 and d.steps() == [] and d.speed == 1.0
-    d = _decide(1.0, queued_s=1.5)          # speech queued: catch-up speed
-    assert d.lag_s == 2.5 and d.speed == 1.2 and d.steps() == ["speedup"]
+    d = _decide(1.0, queued_s=0.8)          # a little speech queued: no catch-up yet
+    assert d.lag_s == 1.8 and d.speed == 1.0 and d.steps() == []
+    d = _decide(1.0, queued_s=1.5)          # speech queued: catch-up speed, long chunks
+    assert d.lag_s == 2.5 and d.speed == 1.2 and d.steps() == ["speedup", "long_chunks"]
     d = _decide(2.6)                         # past half the bound (3.1 > 3): full speed
     assert d.speed == 1.3 and d.steps() == ["speedup"]
     d = _decide(1.0, queued_s=2.5)           # past half, speech queued: long chunks too

@@ -362,6 +362,8 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "text": t.text if t else None, "translation": tr.text if tr else None,
             "back_text": floor.get("back", {}).get(utt),
             "played": utt in collected.started, "speed": collected.speed.get(utt),
+            # False: the player gave up on it part of the way (a chunk came too late)
+            "complete": collected.ended[utt].complete if utt in collected.ended else None,
             "not_spoken": collected.unspoken(utt), **lat,
             "speech_end_to_first_voiced_s": _first_voiced(collected, utt,
                                                           lat["speech_end_to_first_audio_s"]),
@@ -411,7 +413,8 @@ def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
             resources: dict, budget: dict, tgt: str) -> dict:
     """The headline: how much of what was said the listener heard translated, and the cost.
 
-    `share` = words of the ASR transcripts of the utterances spoken (played, not skipped) /
+    `share` = words of the ASR transcripts of the utterances spoken (played whole, not
+    skipped, not cut off by the player) /
     words of the transcripts of every committed utterance; with the counts (SpokenShare).
     What condensed the speech to keep up, from the actors' last counters (0 when absent):
     `fillers_removed` (mt: words not translated), `pauses_cut_s` (tts: silence taken out),
@@ -421,7 +424,8 @@ def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
     counted on, tts's warm-up CPU per second of its own speech times the target language's
     expansion (as `actors.budget.verdict` counts it).
     """
-    tally = SpokenShare.of((r["text"], r["played"] and not r["not_spoken"]) for r in rows)
+    tally = SpokenShare.of((r["text"], r["played"] and not r["not_spoken"]
+                            and r["complete"] is not False) for r in rows)
     mt, tts = _counters(collected, "mt"), _counters(collected, "tts")
     pauses_s = (tts["pauses_cut_ms"] / 1000 if "pauses_cut_ms" in tts
                 else tts.get("pauses_cut_s", 0))

@@ -230,11 +230,14 @@ class Room:
         return [("utterance", dict(u))]
 
     def _playback(self, msg: PlaybackEvent) -> list[Event]:
-        if msg.event not in ("started", "skipped"):
+        if msg.event not in ("started", "skipped", "finished") or (
+                msg.event == "finished" and msg.complete):
             return []
         u = self._utterance(msg.utt)
         if msg.event == "skipped":
             u["not_spoken"] = msg.reason or "not spoken"
+        elif msg.event == "finished":   # the player gave up on it part of the way through
+            u["not_spoken"] = "cut off: a chunk came too late"
         else:
             u["spoken"] = True
             u["latency_s"], u["stages"] = latency_bar(msg.trace)
