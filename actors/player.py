@@ -28,6 +28,8 @@ from voxweft.protocol.messages import (
 
 #: tts is taken for down when its heartbeat (2 Hz) has not been heard for this long.
 TTS_SILENT_S = 1.5
+#: A tts model call this long is stuck, not slow: the gap timeout applies again.
+TTS_STUCK_S = 30.0
 #: The stages that hold an utterance until our Done (actors.custody). A Done is published
 #: once: a holder whose subscription to us is not live then (we or it just restarted, its
 #: link to us broke and libzmq is still reconnecting) never hears it and would hold the
@@ -407,8 +409,18 @@ class PlayerActor(Actor):
     def _tts_working(self) -> bool:
         if self.tts is None:
             return False
-        _epoch, state, heard = self.tts
+        _epoch, state, heard, _busy = self.tts
         return state in ("ready", "degraded") and time.monotonic() - heard < TTS_SILENT_S
+
+    def _tts_making(self) -> bool:
+        """Whether tts is alive and in a model call: making what the head utterance lacks.
+
+        tts speaks one translation after another, so while the head utterance lacks its
+        last chunk, what tts is making is that utterance's next chunk (on a busy machine a
+        long chunk took longer than gap_timeout_ms after the audio before it had drained:
+        the player cut 12 of 60 utterances short, each one heard only in part).
+        """
+        return self._tts_working() and 0.0 < self.tts[3] < TTS_STUCK_S
 
     def duplicate(self, msg: Message) -> Iterator[Message]:
         """A chunk sent again: if its utterance is done, say so again (tts missed it)."""
@@ -452,7 +464,7 @@ class PlayerActor(Actor):
         if isinstance(msg, Status):
             if msg.src == "tts":
                 working_before = self._tts_working()
-                self.tts = (msg.epoch, msg.state, time.monotonic())
+                self.tts = (msg.epoch, msg.state, time.monotonic(), msg.busy_s)
                 if self._tts_working() and not working_before:
                     self.tts_back = time.monotonic()
             return iter(self._done_again(msg))
@@ -513,10 +525,12 @@ class PlayerActor(Actor):
         while self.queue:
             u = next(iter(self.queue.values()))
             self._feed(u)
-            if self.sink.busy_until_ns() > now_ns() or not self._tts_working():
+            if self.sink.busy_until_ns() > now_ns() or not self._tts_working() \
+                    or self._tts_making():
                 # Audio is still playing: the next chunk is not late until it has drained
-                # (a long clause can take Kokoro longer than gap_timeout_ms to make). Nor
-                # while tts is down or loading: it sends the utterance again when back.
+                # (a long clause can take Kokoro longer than gap_timeout_ms to make), nor
+                # while tts is making it. Nor while tts is down or loading: it sends the
+                # utterance again when back.
                 u.last_arrival = max(u.last_arrival, time.monotonic())
             u.last_arrival = max(u.last_arrival, self.tts_back)
             gap_s = time.monotonic() - u.last_arrival

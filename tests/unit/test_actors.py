@@ -318,6 +318,26 @@ def test_player_waits_for_a_slow_chunk_while_audio_is_still_playing(tmp_path):
     assert p.counters["incomplete_utterances"] == 0
 
 
+def test_player_waits_for_a_chunk_tts_is_still_making(tmp_path):
+    # On a busy machine a chunk can take longer than gap_timeout_ms after the audio before it
+    # has drained; while tts's heartbeat says it is in a model call, the chunk is not late.
+    p = player(tmp_path, gap_ms=100)
+    making = Status(state="ready", src="tts", epoch=1, busy_s=0.4)
+    out = run_actor(p, [making, chunk("a", 0, seconds=0.05)], src="tts", ticks=20,
+                    tick_sleep_s=0.02)
+    out += run_actor(p, [chunk("a", 1, True)], src="tts", ticks=10, tick_sleep_s=0.02,
+                     loaded=True)
+    assert p.counters["incomplete_utterances"] == 0
+    finished = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert len(finished) == 1 and finished[0].complete
+    # A model call that has run for longer than TTS_STUCK_S is stuck: the gap counts again.
+    stuck = Status(state="ready", src="tts", epoch=1, busy_s=31.0)
+    run_actor(p, [stuck, chunk("b", 0, seconds=0.05)], src="tts", ticks=20, tick_sleep_s=0.02,
+              loaded=True)
+    p.close()
+    assert p.counters["incomplete_utterances"] == 1
+
+
 def test_player_restarted_in_the_same_session_keeps_whole_utterances_only(tmp_path):
     # A restarted player goes on with the same output.wav: what was written whole stays,
     # a half-written utterance is cut off (tts sends it again), done ones are not played twice.
