@@ -40,7 +40,7 @@ def test_the_judge_tells_the_speaker_from_other_voices_and_hears_the_language(ju
     from voxweft.tools.voicecheck import _similarity
 
     a, b = (_read(p) for p in corpus_clips()[3:5])       # the same LJ speaker, twice
-    kokoro = engines.build("tts", "kokoro", {})
+    kokoro = engines.build("tts", "kokoro", {"voice": "pm_alex"})   # another voice: a man
     kokoro.load()
     pt = np.concatenate(list(kokoro.synthesize(
         "O mercado de ações subiu hoje depois que o banco cortou os juros.", "pt")))
