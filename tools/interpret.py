@@ -387,7 +387,9 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
     unspoken = sum(1 for u in collected.utterances() if collected.unspoken(u))
     spoken = SpokenShare.of(
         (collected.transcripts[u].text if u in collected.transcripts else "",
-         u in collected.started and not collected.unspoken(u)) for u in collected.utterances())
+         u in collected.started and not collected.unspoken(u)
+         and (u not in collected.ended or collected.ended[u].complete))   # not cut off
+        for u in collected.utterances())
     print(f"voxweft: {len(collected.utterances())} utterance(s)"
           f"{f' ({unspoken} not spoken: too late)' if unspoken else ''}; spoken "
           f"{spoken.percent()} of the source words; end of speech -> "
