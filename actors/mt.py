@@ -61,9 +61,7 @@ class MtActor(Actor):
                            ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.pairs())))
             return ""
         # Fillers, stutters and false starts take time to say and mean nothing: not translated.
-        text, removed = condense.disfluencies(msg.text, msg.src_lang)
-        if removed and not is_draft(msg):
-            self.counters["fillers_removed"] += removed
+        text, _removed = condense.disfluencies(msg.text, msg.src_lang)
         return self.engine.translate(text, msg.src_lang, tgt) if text else ""
 
     def handle(self, msg: Message) -> Iterator[Message]:
@@ -80,6 +78,8 @@ class MtActor(Actor):
         taken = text is not None
         if text is None:
             text = self._translate(msg, tgt)
+        if not is_draft(msg):   # what was left untranslated, whether or not a draft was taken
+            self.counters["fillers_removed"] += condense.disfluencies(msg.text, msg.src_lang)[1]
         trace = traced(traced(self.arrived(msg.trace, "mt"), "mt.start", start), "mt.end")
         if taken:
             trace = traced(trace, "mt.draft")

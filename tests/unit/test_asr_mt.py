@@ -262,3 +262,23 @@ def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():
     assert ends == sorted(ends) and 0 < ends[0] and ends[-1] <= len(audio) / 16000 + 0.1
     fixed = FasterWhisperEngine(model="tiny.en", compute_type="int8")
     assert fixed.chosen == "int8" and fixed.variants == {}
+
+
+def test_mt_leaves_fillers_and_stutters_untranslated_and_counts_them(translator):
+    topo = load(None)
+    actor = MtActor(topo, topo.actors["mt"])
+    actor.engine = translator
+    calls = []
+    real = translator.translate
+    actor.engine.translate = lambda *a: calls.append(a) or real(*a)
+    try:
+        out = run_actor(actor, [
+            Transcript(utt="a", src_lang="en", text="Um, the the book is, uh, on the table.",
+                       final=False),
+            Transcript(utt="a", src_lang="en", text="Um, the the book is, uh, on the table."),
+        ], src="asr", loaded=True)
+    finally:
+        del actor.engine.translate
+    assert [c[0] for c in calls] == ["The book is, on the table."]   # the draft's, taken
+    assert "livro" in out[1].text.lower() and out[1].source_text.startswith("Um, the the")
+    assert actor.counters["fillers_removed"] == 3   # counted once, for the final
