@@ -205,7 +205,8 @@ def test_asr_checks_a_grown_utterance_only_after_a_pause_heard_as_a_clause_end(w
     assert actor.counters["rechecks"] == 1
 
 
-def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
+def _mt_run(translator, inputs):
+    """An mt actor run on `inputs`; its outputs, itself, and what it asked the engine."""
     topo = load(None)
     actor = MtActor(topo, topo.actors["mt"])
     actor.engine = translator
@@ -213,14 +214,19 @@ def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
     real = translator.translate
     actor.engine.translate = lambda *a: calls.append(a) or real(*a)
     try:
-        out = run_actor(actor, [
-            Transcript(utt="a", src_lang="en", text="Good morning.", final=False),
-            Transcript(utt="a", src_lang="en", text="Good morning."),        # the same: taken
-            Transcript(utt="b", src_lang="en", text="The book", final=False),
-            Transcript(utt="b", src_lang="en", text="The book is on the table."),  # went on
-        ], src="asr", loaded=True)
+        out = run_actor(actor, inputs, src="asr", loaded=True)
     finally:
         del actor.engine.translate
+    return out, actor, calls
+
+
+def test_mt_final_takes_the_draft_made_from_the_same_text(translator):
+    out, actor, calls = _mt_run(translator, [
+        Transcript(utt="a", src_lang="en", text="Good morning.", final=False),
+        Transcript(utt="a", src_lang="en", text="Good morning."),        # the same: taken
+        Transcript(utt="b", src_lang="en", text="The book", final=False),
+        Transcript(utt="b", src_lang="en", text="The book is on the table."),  # went on
+    ])
     assert [(m.utt, m.final) for m in out] == [("a", False), ("a", True), ("b", False),
                                                ("b", True)]
     assert out[0].text == out[1].text and "bom dia" in out[1].text.lower()
@@ -265,20 +271,10 @@ def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():
 
 
 def test_mt_leaves_fillers_and_stutters_untranslated_and_counts_them(translator):
-    topo = load(None)
-    actor = MtActor(topo, topo.actors["mt"])
-    actor.engine = translator
-    calls = []
-    real = translator.translate
-    actor.engine.translate = lambda *a: calls.append(a) or real(*a)
-    try:
-        out = run_actor(actor, [
-            Transcript(utt="a", src_lang="en", text="Um, the the book is, uh, on the table.",
-                       final=False),
-            Transcript(utt="a", src_lang="en", text="Um, the the book is, uh, on the table."),
-        ], src="asr", loaded=True)
-    finally:
-        del actor.engine.translate
+    said = "Um, the the book is, uh, on the table."
+    out, actor, calls = _mt_run(translator, [
+        Transcript(utt="a", src_lang="en", text=said, final=False),
+        Transcript(utt="a", src_lang="en", text=said)])
     assert [c[0] for c in calls] == ["The book is, on the table."]   # the draft's, taken
     assert "livro" in out[1].text.lower() and out[1].source_text.startswith("Um, the the")
     assert actor.counters["fillers_removed"] == 3   # counted once, for the final
