@@ -17,7 +17,7 @@ import pytest
 from voxweft.actors import engines
 from voxweft.actors.engines.tts import TtsEngine, split_clauses
 from voxweft.actors.engines.tts.espeak import EspeakEngine
-from voxweft.actors.engines.tts.kokoro import KokoroEngine
+from voxweft.actors.engines.tts.kokoro import STEADY_ONE_THREAD_UNDER, KokoroEngine
 from voxweft.actors.engines.tts.piper import PiperEngine
 from voxweft.actors.engines.tts.voxcpm2 import VoxCpm2Engine
 from voxweft.actors.settings.base import StartupError
@@ -323,7 +323,7 @@ def test_kokoro_float32_variant_speaks_like_int8_and_fastest_picks_by_time():
     int8 = KokoroEngine(threads=2, precision="int8")
     int8.load()
     a = np.concatenate(list(int8.synthesize(text, "pt")))
-    f32 = KokoroEngine(threads=2, precision="float32")
+    f32 = KokoroEngine(threads=2, precision="float32", steady_threads=2)
     f32.load()
     b = np.concatenate(list(f32.synthesize(text, "pt")))
     assert f32.chosen == "float32" and f32.variants == {}
@@ -341,3 +341,40 @@ def test_kokoro_float32_variant_speaks_like_int8_and_fastest_picks_by_time():
                                   else ["int8", "float32"])
     with pytest.raises(ValueError, match="precision"):
         KokoroEngine(precision="fp16")
+
+
+def test_kokoro_first_chunk_on_all_threads_the_rest_on_steady_threads():
+    # The listener waits only for an utterance's first chunk: it runs on `threads`; the
+    # rest (and everything when not eager) on steady_threads, which cost less CPU per second.
+    class Recorder:   # the real session, noting which one ran
+        def __init__(self, session, name, calls):
+            self.session, self.name, self.calls = session, name, calls
+
+        def run(self, *args, **kwargs):
+            self.calls.append(self.name)
+            return self.session.run(*args, **kwargs)
+
+    engine = KokoroEngine(threads=2, precision="int8", steady_threads=1)
+    engine.load()
+    assert engine.variants == {} and engine.steady_threads == 1
+    assert engine._first.get_session_options().intra_op_num_threads == 2
+    assert engine._session.get_session_options().intra_op_num_threads == 1
+    calls: list[str] = []
+    engine._first = Recorder(engine._first, "first", calls)
+    engine._session = Recorder(engine._session, "steady", calls)
+    text = "O governo disse ontem que vai investir mais em escolas, hospitais e estradas."
+    assert len(engine.plan(text)) >= 3
+    chunks = list(engine.synthesize(text, "pt"))
+    assert len(chunks) == len(engine.plan(text)) and all(c.size for c in chunks)
+    assert calls == ["first"] + ["steady"] * (len(calls) - 1)
+    calls.clear()
+    list(engine.synthesize(text, "pt", eager=False))
+    assert set(calls) == {"steady"}
+    # auto: one thread where it makes speech faster than it plays (timed at load)
+    auto = KokoroEngine(threads=2, precision="int8")
+    auto.load()
+    assert set(auto.variants) == {"int8"}
+    assert auto.steady_threads == (1 if auto.variants["int8"] <= STEADY_ONE_THREAD_UNDER else 2)
+    for bad in (0, "two", 1.5):
+        with pytest.raises(ValueError, match="steady_threads"):
+            KokoroEngine(steady_threads=bad)
