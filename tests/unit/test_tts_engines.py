@@ -378,3 +378,40 @@ def test_kokoro_first_chunk_on_all_threads_the_rest_on_steady_threads():
     for bad in (0, "two", 1.5):
         with pytest.raises(ValueError, match="steady_threads"):
             KokoroEngine(steady_threads=bad)
+
+
+def test_kokoro_runs_every_chunk_on_all_threads_while_other_work_takes_the_cpu():
+    # Beside two CPU hogs a one-thread run gets ~2/3 of a core: the engine then makes every
+    # chunk on all threads (more runnable threads, a larger share of the cores).
+    import subprocess
+    import sys
+
+    engine = KokoroEngine(threads=2, precision="int8", steady_threads=1)
+    engine.load()
+    assert not engine.contended
+    text = ("O governo disse ontem que vai investir mais em escolas, hospitais e estradas, "
+            "e que a reunião com os prefeitos terminou tarde.")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        list(engine.synthesize(text, "pt"))
+        assert engine.contended
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    # The rule itself: a one-thread run under 0.75 of a core is contended; a run on all
+    # threads over 0.7 of their cores is free again; short runs are not judged.
+    engine.contended = False
+    engine._got_cores(1.0, 0.9, first=False)
+    assert not engine.contended
+    engine._got_cores(0.1, 0.01, first=False)
+    assert not engine.contended
+    engine._got_cores(1.0, 0.6, first=False)
+    assert engine.contended
+    engine._got_cores(1.0, 0.6, first=False)   # not a run on all threads: no news
+    assert engine.contended
+    engine._got_cores(1.0, 1.2, first=True)
+    assert engine.contended
+    engine._got_cores(1.0, 1.7, first=True)
+    assert not engine.contended
