@@ -6,7 +6,6 @@ import hashlib
 import importlib.resources as res
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -52,10 +51,6 @@ AUTO_VOICE = {"pt": "pf_dora", "es": "ef_dora", "fr": "ff_siwis", "it": "if_sara
 # (about its wall time on a core of its own), i.e. faster than the player plays it; else the
 # player would wait between chunks on a slower machine.
 STEADY_ONE_THREAD_UNDER = 1.0
-# A run on steady_threads that got less than this share of its threads' cores shared them
-# with other work; a run on all threads that got more than this share of theirs did not.
-CONTENDED_UNDER = 0.75
-UNCONTENDED_OVER = 0.7
 _KOKORO_MAX_TOKENS = 510  # the model's 512 positions minus the two pad tokens
 
 # espeak IPA -> Kokoro symbols, as misaki (Kokoro's own G2P) maps them. espeak runs with
@@ -141,7 +136,6 @@ class KokoroEngine(TtsEngine):
         self._session: Any = None   # what nobody waits for (steady_threads)
         self._first: Any = None     # an utterance's first chunk, while the listener waits
         self.steady_threads = 0     # chosen at load
-        self.contended = False      # other work takes the CPU: all threads (see _got_cores)
         self._vocab: dict[str, int] = {}
         self._styles: dict[str, np.ndarray] = {}   # voice -> (510, 256) style vectors
 
@@ -213,7 +207,6 @@ class KokoroEngine(TtsEngine):
         self._first = (self._session if self.threads == steady
                        else self._open(blob, self.chosen, self.threads))
         self._infer(self.phonemize("Olá, tudo bem.", "pt"), 1.0, "pt", first=True)
-        self.contended = False   # the other actors were loading: judged again on speech
         log.info("kokoro: %s, first chunk on %d thread(s), the rest on %d", self.chosen,
                  self.threads, steady)
         release_freed_memory()
@@ -337,8 +330,7 @@ class KokoroEngine(TtsEngine):
                  eager: bool = True) -> Iterator[np.ndarray]:
         for n, clause in enumerate(self.plan(text, eager)):
             phonemes = self.phonemize(clause, lang)
-            # All threads when the listener waits for it, or when other work takes the CPU.
-            first = (eager and n == 0) or self.contended
+            first = eager and n == 0   # the listener waits for it: all threads
             pieces = [self._infer(p, speed, lang, first) for p in self._fit(phonemes)]
             audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
             if clause.rstrip(CLOSERS)[-1:] not in CLAUSE_END:
@@ -364,41 +356,17 @@ class KokoroEngine(TtsEngine):
         """The voice that speaks `lang`."""
         return AUTO_VOICE.get(lang, "jm_kumo") if self.voice == "auto" else self.voice
 
-    def _got_cores(self, wall_s: float, cpu_s: float, first: bool) -> None:
-        """Judge from a run's CPU time whether other work is taking the CPU (`contended`).
-
-        A run on steady_threads that got under CONTENDED_UNDER of their cores shared them
-        with other work: then the steady chunks run on all threads too (the scheduler shares
-        the cores by runnable threads: beside two CPU hogs two threads get tts ~1 core where
-        one gets ~0.67), until a run on all threads gets over UNCONTENDED_OVER of theirs.
-        """
-        if wall_s < 0.2 or self.threads == self.steady_threads:
-            return   # too short to judge, or nothing to switch to
-        got = cpu_s / wall_s   # cores
-        was = self.contended
-        if not first and not was:
-            self.contended = got < CONTENDED_UNDER * self.steady_threads
-        elif was and first:
-            self.contended = got <= UNCONTENDED_OVER * self.threads
-        if self.contended != was:
-            log.info("kokoro: a run got %.2f of %d core(s): %s", got,
-                     self.threads if first else self.steady_threads,
-                     "other work takes the CPU; every chunk on all threads" if self.contended
-                     else f"the CPU is free again; chunks after the first on {self.steady_threads}")
-
     def _infer(self, phonemes: str, speed: float, lang: str, first: bool = False) -> np.ndarray:
         tokens = [self._vocab[ch] for ch in phonemes if ch in self._vocab]
         if not tokens or not any(ch.isalpha() for ch in phonemes):
             return np.zeros(0, np.float32)  # punctuation alone is not worth a model run
         styles = self._styles[self.voice_for(lang)]
         style = styles[min(len(tokens), len(styles)) - 1].reshape(1, 256)
-        wall, cpu = time.perf_counter(), time.process_time()
         audio = (self._first if first else self._session).run(None, {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": style,
             "speed": np.array([self.speed * speed], dtype=np.float32),
         })[0]
-        self._got_cores(time.perf_counter() - wall, time.process_time() - cpu, first)
         audio = np.clip(np.asarray(audio, dtype=np.float32).ravel(), -1.0, 1.0)
         return trim(audio, self.sample_rate)
 
