@@ -200,7 +200,8 @@ class KokoroEngine(TtsEngine):
                 for k, v in self.variants.items()), self.chosen)
         else:
             self.chosen = candidates[0]
-        if steady_wanted == "auto" and self.variants[self.chosen] > STEADY_ONE_THREAD_UNDER:
+        if steady_wanted == "auto" and self.threads != steady and \
+                self.variants[self.chosen] > STEADY_ONE_THREAD_UNDER:
             steady = self.threads   # one thread would not keep ahead of the player here
             self._session = self._open(blob, self.chosen, steady)
         self.steady_threads = steady
