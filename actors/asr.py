@@ -11,6 +11,7 @@ import numpy as np
 
 from voxweft.actors import budget, engines
 from voxweft.actors.drafts import Drafts
+from voxweft.actors.engines.asr import AsrEngine
 from voxweft.actors.runtime import Actor
 from voxweft.protocol.messages import (
     BUS_RATE,
@@ -21,6 +22,7 @@ from voxweft.protocol.messages import (
     Transcript,
     is_draft,
     now_ns,
+    trace_ns,
     traced,
 )
 
@@ -63,6 +65,72 @@ def agreed_prefix(earlier: str, later: str) -> bool:
 
 
 
+#: LocalAgreement: words two successive drafts agree on are committed when there are at
+#: least this many (fewer make pieces too small for MT)...
+MIN_AGREED_WORDS = 4
+#: A cut between two agreed words is made in a gap: GAP_FRAMES x 10 ms this far (dB) below
+#: the loud frames of the speech. Whisper's word times are too rough for a cut (off by up
+#: to 0.3 s); a gap is found in the audio, and a decode of each side must say the words.
+#: A pause, not a stop's closure (30-80 ms): cut there, the word before leaves its release
+#: to the next piece ("the immediate | red assessors" for "immediate predecessors").
+GAP_DB = 30.0
+GAP_FRAMES = 10
+#: Gaps tried per agreement (each costs a decode).
+GAP_TRIES = 2
+#: ...and a grown draft older than this when asr gets to it is skipped (asr is behind: a
+#: commit from it would come late, and its decode would put asr further behind).
+STALE_DRAFT_S = 0.5
+
+
+def _letters(word: str) -> str:
+    return re.sub(r"[^\w']", "", word.lower())
+
+
+def agreed_words(earlier: list[str], later: list[str]) -> int:
+    """LocalAgreement-2: how many words of `later` to commit, given the draft before it.
+
+    The words both start with (case and punctuation aside), never the last of `later` (the
+    audio may end inside it), and, when a clause ends among them, only up to that clause's
+    end (MT translates a clause better than a clause and a half); 0 when fewer than
+    MIN_AGREED_WORDS.
+    """
+    n = 0
+    for a, b in zip(earlier, later[:-1], strict=False):
+        if _letters(a) != _letters(b) or not _letters(b):
+            break
+        n += 1
+    clause = max((i + 1 for i in range(MIN_AGREED_WORDS - 1, n)
+                  if later[i].rstrip(_CLOSERS)[-1:] in CLAUSE_MARKS), default=n)
+    return clause if clause >= MIN_AGREED_WORDS else 0
+
+
+def frame_db(pcm: np.ndarray) -> np.ndarray:
+    """Energy (dB) of each 10 ms of `pcm`."""
+    hop = BUS_RATE // 100
+    frames = len(pcm) // hop
+    energy = (pcm[:frames * hop].reshape(frames, hop).astype(np.float32) ** 2).mean(1)
+    return 10 * np.log10(energy + 1e-10)
+
+
+def quiet_runs(db: np.ndarray) -> list[float]:
+    """Where the gaps in speech start (s, 10 ms in), from the 10 ms energies `db`.
+
+    A gap: GAP_FRAMES or more frames GAP_DB below the speech's loud frames (its 90th
+    percentile), neither at the start nor at the end. A cut 10 ms into it leaves the next
+    word its whole onset.
+    """
+    quiet = db <= np.percentile(db, 90) - GAP_DB
+    runs, start = [], None
+    for i, q in enumerate(quiet):
+        if q and start is None:
+            start = i
+        elif not q and start is not None:
+            if start > 0 and i - start >= GAP_FRAMES:
+                runs.append((start + 1) / 100)
+            start = None
+    return runs
+
+
 class AsrActor(Actor):
     """Pulls Segments from the segmenter's queue and publishes final Transcripts."""
 
@@ -81,6 +149,13 @@ class AsrActor(Actor):
         self.pauses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         seg = topology.actors["segmenter"]
         self.cuts = bool(seg.commit_prefixes and seg.speculate_ms)
+        # LocalAgreement: the words of each open utterance's last draft, by its start.
+        # (Only with an engine that times words as it goes.)
+        self.agree = bool(seg.commit_prefixes and seg.agree_every_ms) and \
+            type(self.engine).timed is not AsrEngine.timed
+        self.hypotheses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        # A grown draft's age is read on one clock only (the segmenter's host is ours).
+        self.same_clock = seg.host == config.host
 
     def pulls(self) -> bool:
         """ASR is a worker of the segment queue."""
@@ -162,8 +237,11 @@ class AsrActor(Actor):
             self.stream, self.media_ms = msg.stream, 0
             self.taken.clear()
         if is_draft(msg):
-            if msg.growing and not self._worth_checking(msg.utt):
+            if msg.growing and not (self.agree or self._worth_checking(msg.utt)):
                 self.counters["rechecks_skipped"] += 1
+                return
+            if msg.growing and self._stale(msg):
+                self.counters["grown_stale"] += 1
                 return
             yield from self._transcribe(msg)
             return
@@ -176,6 +254,65 @@ class AsrActor(Actor):
         self.taken.append((msg.epoch, msg.media_start_s, msg.media_end_s))
         self.media_ms = max(self.media_ms, int(msg.media_end_s * 1000))
         yield from self._transcribe(msg)
+
+    def _stale(self, msg: Segment) -> bool:
+        """A grown draft asr got to too late to be worth a decode (it is behind)."""
+        sent = trace_ns(msg.trace, "segment")
+        return self.agree and self.same_clock and sent is not None and \
+            now_ns() - sent > STALE_DRAFT_S * 1e9
+
+    def _agreement(self, msg: Segment, speech: tuple, words: list | None,
+                   text: str, pcm: np.ndarray, spent: float) -> Cut | None:
+        """A Cut at the end of the words this draft and the one before agree on.
+
+        Made from `words` (word, start, end in the draft's audio) of a draft of a growing
+        utterance; the draft before is the utterance's last one (grown or at a pause). The
+        cut is at the quietest 10 ms between the last agreed word and the next; the
+        committed words are kept as that piece's transcript (its final takes them).
+        """
+        if not self.agree:
+            return None
+        key = (speech[0], speech[1], speech[3])
+        earlier = self.hypotheses.pop(msg.utt, None)
+        self.hypotheses[msg.utt] = (key, text.split())
+        while len(self.hypotheses) > 8:
+            self.hypotheses.popitem(last=False)
+        if not words or earlier is None or earlier[0] != key:
+            return None
+        n = agreed_words(earlier[1], [w for w, _s, _e in words])
+        if not n:
+            return None
+        heard = [_letters(w) for w, _s, _e in words[:-1]]   # the last may be cut short
+        latest = min(words[n - 1][2] + 0.4, msg.duration_s - 0.2)
+        at = committed = None
+        for gap in sorted((g for g in quiet_runs(frame_db(pcm)) if 0.5 <= g <= latest),
+                          reverse=True)[:GAP_TRIES]:
+            # Each side of the gap decoded alone says the words of the whole, none cut in
+            # two (a stop's closure inside a word is a gap too: "immediate pre | decessors").
+            cut = round(gap * BUS_RATE)
+            head = self.engine.transcribe(pcm[:cut], speech[3])
+            said = [_letters(w) for w in head.split()]
+            if not MIN_AGREED_WORDS <= len(said) < min(n + 1, len(heard)) or \
+                    said != heard[:len(said)]:   # and a whole word after the gap, to check
+                continue
+            rest = [_letters(w) for w in self.engine.transcribe(pcm[cut:], speech[3]).split()]
+            if (said + rest)[:len(heard)] == heard:
+                at, committed = gap, head
+                break
+        if at is None:
+            self.counters["agreed_no_gap"] += 1
+            return None
+        cut = round((msg.media_start_s + at) * BUS_RATE)
+        media_end_s = cut / BUS_RATE
+        self.drafts.keep(msg.utt, (speech[0], speech[1], media_end_s, speech[3]), committed,
+                         spent)
+        self.hypotheses.pop(msg.utt, None)
+        self.counters["agreements"] += 1
+        self.counters["agreed_words"] += len(committed.split())
+        self.log.info("asr: %s: two drafts agree up to %.2f s: %r", msg.utt, media_end_s,
+                      committed)
+        return Cut(utt=msg.utt, stream=speech[0], media_start_s=speech[1],
+                   media_end_s=media_end_s, speech_end_s=media_end_s, text=committed)
 
     def _transcribe(self, msg: Segment) -> Iterator[Message]:
         lang = msg.src_lang or self.config.src_lang
@@ -190,13 +327,18 @@ class AsrActor(Actor):
         start = now_ns()
         text = None if is_draft(msg) else self.drafts.take(msg.utt, speech)
         taken = text is not None
+        words = pcm = None
         if text is None:
             pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
             if msg.sample_rate != BUS_RATE:
                 import soxr
                 pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, BUS_RATE)
             pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
-            text = self.engine.transcribe(np.ascontiguousarray(pcm, np.float32), lang)
+            pcm = np.ascontiguousarray(pcm, np.float32)
+            if self.agree and msg.growing:
+                words = self.engine.timed(pcm, lang)
+            text = " ".join(w for w, _s, _e in words) if words else \
+                self.engine.transcribe(pcm, lang)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")
         spent = (trace[-1][1] - start) / 1e9
         if taken:
@@ -206,13 +348,15 @@ class AsrActor(Actor):
                       spent * 1000)
         if not is_draft(msg):
             self.pauses.pop(msg.utt, None)
+            self.hypotheses.pop(msg.utt, None)
         else:
             if msg.growing:
                 self.counters["rechecks"] += 1
                 self.counters["recheck_ms"] += round(spent * 1000)
             else:
                 self.drafts.keep(msg.utt, speech, text, spent)
-            cut = self._cut(msg, speech, text)
+            cut = self._cut(msg, speech, text) or \
+                self._agreement(msg, speech, words, text, pcm, spent)
             if cut is not None:
                 # Its utterance is to end at the earlier pause: this draft would be wasted
                 # work downstream (mt, and tts before the committed part).

@@ -68,7 +68,8 @@ class SegmenterActor(Actor):
         playback events drive the echo gate.
         """
         subs = [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
-        if self.config.commit_prefixes and self.vad_config.speculate_ms:
+        if self.config.commit_prefixes and (self.vad_config.speculate_ms or
+                                            self.vad_config.agree_every_ms):
             subs.append(("asr", b"cut."))
         if self.echo_gate:
             subs.append(("player", b"playback."))

@@ -196,10 +196,12 @@ class UtterancePaused:
 
 @dataclass(frozen=True)
 class UtteranceGrowing:
-    """Speech went on for ``recheck_ms`` after a draft at a pause: the open utterance so far.
+    """The open utterance so far, while speech goes on (asr decides where to ``cut`` it).
 
-    Sent at most ``RECHECKS`` times per pause, so that asr can check, with more audio, the
-    words up to that pause (and have the utterance committed there: ``cut``).
+    Sent when speech went on for ``recheck_ms`` after a draft at a pause (at most
+    ``RECHECKS`` times per pause), so that asr can check, with more audio, the words up to
+    that pause; and every ``agree_every_ms`` of the open utterance, so that asr can commit
+    the words two successive drafts agree on (LocalAgreement).
     """
 
     utterance: Utterance
@@ -305,6 +307,7 @@ class UtteranceSegmenter:
         self._hangover = config.hangover_ms * ms
         self._speculate = config.speculate_ms * ms
         self._recheck = config.recheck_ms * ms
+        self._agree = config.agree_every_ms * ms
         self._pre_roll = config.pre_roll_ms * ms
         self._post_roll = config.post_roll_ms * ms
         self._max_segment = int(config.max_segment_s * BUS_RATE)
@@ -326,6 +329,7 @@ class UtteranceSegmenter:
         self._drafted = False  # the current silence run has had its UtterancePaused
         self._paused_at: int | None = None  # end of the open utterance's last draft, if any
         self._rechecks = 0  # UtteranceGrowing sent since that draft
+        self._grown_at = 0  # end of the open utterance's last UtteranceGrowing (or its start)
         self._continuation = False  # open utterance is the rest of a forced split
         # (window start, prob) of the open utterance's recent windows, for forced splits
         self._recent: deque[tuple[int, float]] = deque(maxlen=self._lookback_windows)
@@ -423,6 +427,11 @@ class UtteranceSegmenter:
                 self._rechecks < RECHECKS and \
                 window_end - self._paused_at >= self._recheck * (self._rechecks + 1):
             self._rechecks += 1
+            self._grown_at = window_end
+            events.append(UtteranceGrowing(self._utterance(window_end, window_end, False)))
+        elif self._agree and silence < 0 and not self._too_short() and \
+                window_end - max(self._grown_at, self._start) >= self._agree:
+            self._grown_at = window_end
             events.append(UtteranceGrowing(self._utterance(window_end, window_end, False)))
 
     def _open(self, window_start: int, window_end: int, events: list[Event]) -> None:

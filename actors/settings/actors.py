@@ -57,6 +57,9 @@ class SegmenterConfig(VadKnobs):
 
     # after such a pause, speech this long sends the grown utterance
     recheck_ms: int = Field(1000, ge=0, le=10_000)
+    # while speech goes on, the open utterance so far this often (asr commits the words two
+    # successive drafts agree on: LocalAgreement); 0 = none
+    agree_every_ms: int = Field(0, ge=0, le=10_000)
 
 
 class ActorConfig(Settings):
@@ -102,16 +105,29 @@ class SegmenterActorConfig(ActorConfig, VadKnobs):
     push_port: int = Port()
     # Commit a long utterance up to an earlier pause when asr says two drafts agree on it.
     commit_prefixes: bool = True
+    # With commit_prefixes, while speech goes on: the open utterance so far this often, and
+    # asr commits the words two successive drafts agree on at a pause in the audio, without
+    # waiting for the VAD (LocalAgreement); 0 = off, else at least 300 ms. (Continuous run:
+    # per-word ASR lag 2.33 -> 2.11 s, LAAL_CA 4.98 -> 4.39 s, asr +0.07 CPU s per s.)
+    agree_every_ms: int = Between(0, 10_000, 1000)
     # Echo: "gate" ignores what the microphone hears while the player is playing (and for
     # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
     echo_mode: Literal["gate", "off"] = "gate"
     echo_tail_ms: int = Between(0, 5000, 300)
 
+    @model_validator(mode="after")
+    def _agree_not_too_often(self) -> SegmenterActorConfig:
+        if 0 < self.agree_every_ms < 300:
+            raise ValueError(f"agree_every_ms = {self.agree_every_ms!r} must be 0 (off) or at "
+                             "least 300: each one is a Whisper decode")
+        return self
+
     def vad_config(self) -> SegmenterConfig:
         """The segmenter's knobs; rechecks (cuts at an earlier pause) only with cuts."""
         values = self.model_dump(include=set(VadKnobs.model_fields))
+        values["agree_every_ms"] = self.agree_every_ms
         if not self.commit_prefixes:
-            values["recheck_ms"] = 0
+            values["recheck_ms"] = values["agree_every_ms"] = 0
         return SegmenterConfig.check(values)
 
 

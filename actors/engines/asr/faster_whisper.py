@@ -148,16 +148,20 @@ class FasterWhisperEngine(AsrEngine):
             return WhisperModel(str(packaged_whisper_tiny_en()), local_files_only=True, **kwargs)
         return WhisperModel(model, local_files_only=True, **kwargs)
 
+    def _window_s(self, duration_s: float) -> int:
+        """The shortest multiple of `window_s` that holds the speech and one second more."""
+        step = int(self.settings.window_s)
+        # One second of margin: the utterance must not touch the window's end.
+        return min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
+
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
         duration_s = len(pcm) / BUS_RATE
-        step = int(self.settings.window_s)
-        # One second of margin: the utterance must not touch the window's end.
-        window_s = min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
+        window_s = self._window_s(duration_s)
         # A window twice as long first (Whisper now and then repeats itself in a 5 s window,
         # once in 45 LJ utterances: 0.3 s to retry in 10 s, 2.4 s with the full model).
         if window_s < self.FULL_WINDOW_S:
-            text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
+            text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s)[0])
             if not degenerate(text, duration_s):
                 return text
             self.fallbacks += 1
@@ -178,8 +182,33 @@ class FasterWhisperEngine(AsrEngine):
         return [(w.word.strip(), round(w.start, 3), round(w.end, 3))
                 for s in segments for w in (s.words or ())]
 
+    def timed(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]] | None:
+        """(word, start s, end s) of a growing utterance, on the live path (LocalAgreement).
+
+        The short window's decode, then Whisper's cross-attention alignment of its tokens on
+        the same encoder output (one decoder pass more); None when the decode looped.
+        """
+        duration_s = len(pcm) / BUS_RATE
+        window_s = self._window_s(duration_s)
+        if window_s >= self.FULL_WINDOW_S:
+            return None
+        text, tokens, encoded, tok = self._decode_window(pcm, lang, window_s, duration_s)
+        if not tokens or degenerate(text, duration_s) or cut_restart(text) != text:
+            return None
+        frames = min(window_s * 100, int(np.ceil(duration_s * 100)))
+        timed: list[tuple[str, float, float]] = []
+        for w in self.model.find_alignment(tok, [tokens], encoded, frames)[0]:
+            word, start, end = w["word"].strip(), round(float(w["start"]), 3), \
+                round(float(w["end"]), 3)
+            if timed and not any(c.isalnum() for c in word):   # "," "." go with their word
+                timed[-1] = (timed[-1][0] + word, timed[-1][1], timed[-1][2])
+            elif word:
+                timed.append((word, start, end))
+        return timed
+
     def _decode_window(self, pcm: np.ndarray, lang: str, window_s: int,
-                       duration_s: float = 30.0) -> str:
+                       duration_s: float = 30.0) -> tuple[str, list[int], object, object]:
+        """Text, its tokens, the encoder output and the tokenizer of one short-window decode."""
         import ctranslate2
         from faster_whisper.tokenizer import Tokenizer
 
@@ -206,6 +235,7 @@ class FasterWhisperEngine(AsrEngine):
             # (it cost 2.4 s at the full 224 tokens).
             max_length=min(224, len(prompt) + 10 + int(12 * duration_s)),
             suppress_blank=True, suppress_tokens=[-1])
-        return tok.decode([t for t in result[0].sequences_ids[0] if t < tok.eot]).strip()
+        tokens = [t for t in result[0].sequences_ids[0] if t < tok.eot]
+        return tok.decode(tokens).strip(), tokens, encoded, tok
 
 
