@@ -7,6 +7,7 @@ words come back, i.e. that the phonemization feeding Kokoro is right, not just t
 from __future__ import annotations
 
 import importlib.resources as res
+import itertools
 import re
 import time
 from collections.abc import Iterator
@@ -255,6 +256,19 @@ def _transcribe(whisper, audio: np.ndarray, rate: int, lang: str) -> str:
     return " ".join(s.text for s in segments).lower()
 
 
+def _heard(keyword: str, heard: str) -> bool:
+    """`keyword` among the words heard, or a word or two spelled within ~1 letter of it.
+
+    whisper base spells Portuguese loosely ("antecesores", "e mediatos" for "antecessores
+    imediatos", on a CPU with VNNI): the judge's spelling is not what is tested.
+    """
+    import difflib
+
+    words = re.findall(r"\w+", heard)
+    candidates = words + [a + b for a, b in itertools.pairwise(words)]
+    return any(difflib.SequenceMatcher(None, keyword, w).ratio() >= 0.85 for w in candidates)
+
+
 @pytest.mark.parametrize(("lang", "text", "keywords"), [
     ("pt", PT, ["livros", "blocos", "foram", "antecessores", "imediatos", "verdadeiro"]),
     ("pt", "O médico disse que o paciente precisa descansar por duas semanas.",
@@ -266,8 +280,15 @@ def _transcribe(whisper, audio: np.ndarray, rate: int, lang: str) -> str:
 def test_kokoro_round_trip_through_whisper(kokoro, whisper, lang, text, keywords):
     audio = np.concatenate(list(kokoro.synthesize(text, lang)))
     heard = _transcribe(whisper, audio, kokoro.sample_rate, lang)
-    found = [w for w in keywords if w in heard]
+    found = [w for w in keywords if _heard(w, heard)]
     assert len(found) >= len(keywords) - 1, f"heard {heard!r}"
+
+
+def test_a_keyword_is_heard_within_a_letter_and_not_otherwise():
+    heard = " produzir-os livros de blocos que foram os antecesores e mediatos do verdadeiro"
+    assert _heard("antecessores", heard) and _heard("imediatos", heard)
+    assert _heard("livros", heard) and not _heard("impresso", heard)
+    assert not _heard("semanas", "o médico disse que o paciente precisa descansar por dois dias")
 
 
 def test_kokoro_plan_cuts_the_first_chunk_short():
