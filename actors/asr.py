@@ -66,7 +66,7 @@ def agreed_prefix(earlier: str, later: str) -> bool:
 
 
 #: LocalAgreement: words two successive drafts agree on are committed when there are at
-#: least this many (fewer make pieces too small for MT)...
+#: least this many (fewer make pieces too small for MT).
 MIN_AGREED_WORDS = 4
 #: A cut between two agreed words is made in a gap: GAP_FRAMES x 10 ms this far (dB) below
 #: the loud frames of the speech. Whisper's word times are too rough for a cut (off by up
@@ -77,7 +77,7 @@ GAP_DB = 30.0
 GAP_FRAMES = 10
 #: Gaps tried per agreement (each costs a decode).
 GAP_TRIES = 2
-#: ...and a grown draft older than this when asr gets to it is skipped (asr is behind: a
+#: A grown draft older than this when asr gets to it is skipped (asr is behind: a
 #: commit from it would come late, and its decode would put asr further behind).
 STALE_DRAFT_S = 0.5
 
@@ -263,12 +263,14 @@ class AsrActor(Actor):
 
     def _agreement(self, msg: Segment, speech: tuple, words: list | None,
                    text: str, pcm: np.ndarray, spent: float) -> Cut | None:
-        """A Cut at the end of the words this draft and the one before agree on.
+        """A Cut after the words this draft and the one before agree on, or None.
 
         Made from `words` (word, start, end in the draft's audio) of a draft of a growing
         utterance; the draft before is the utterance's last one (grown or at a pause). The
-        cut is at the quietest 10 ms between the last agreed word and the next; the
-        committed words are kept as that piece's transcript (its final takes them).
+        cut is in the latest pause in the audio up to the agreed words where the audio on
+        each side, decoded alone, says the words of the whole draft (the head at least
+        MIN_AGREED_WORDS agreed ones); the head's words are kept as that piece's transcript
+        (its final takes them).
         """
         if not self.agree:
             return None
