@@ -54,14 +54,23 @@ def endpoint_address(endpoint: str) -> str:
 def create_keys(name: str, directory: Path | None = None) -> tuple[Path, Path, str]:
     """Make key pair `name` in `directory`: (public file, secret file (0600), public key)."""
     directory = directory or keys_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if directory.is_symlink() or not directory.is_dir():
+        raise FileExistsError(f"{directory} is not a folder of its own: give VOXWEFT_KEYS a "
+                              "real folder")
     os.chmod(directory, 0o700)
-    secret_path = directory / f"{name}.key_secret"
-    if secret_path.exists():
-        raise FileExistsError(f"{secret_path} exists: a host keeps its keys (delete it first "
-                              "to make new ones, then update every topology that lists it)")
-    public, secret = zmq.auth.create_certificates(directory, name)
-    os.chmod(secret, 0o600)
+    for path in (directory / f"{name}.key_secret", directory / f"{name}.key"):
+        if os.path.lexists(path):   # a link too, even one to nowhere: never written through
+            raise FileExistsError(f"{path} exists: a host keeps its keys (delete it first "
+                                  "to make new ones, then update every topology that lists it)")
+    # Private from the first byte (no window between writing and chmod); the public file is
+    # made 0644 after.
+    old_umask = os.umask(0o077)
+    try:
+        public, secret = zmq.auth.create_certificates(directory, name)
+    finally:
+        os.umask(old_umask)
+    os.chmod(public, 0o644)
     key, _ = zmq.auth.load_certificate(public)
     return Path(public), Path(secret), key.decode("ascii")
 

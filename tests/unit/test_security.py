@@ -59,6 +59,31 @@ def test_keys_are_made_private_and_kept(keys, tmp_path):
         security.load_keys(public_file)
 
 
+def test_keys_are_private_from_the_start_and_never_written_through_a_link(tmp_path,
+                                                                         monkeypatch):
+    created = []
+    real = security.zmq.auth.create_certificates
+
+    def watch(directory, name):
+        public, secret = real(directory, name)
+        created.append(stat.S_IMODE(os.stat(secret).st_mode))   # before any chmod
+        return public, secret
+
+    monkeypatch.setattr(security.zmq.auth, "create_certificates", watch)
+    os.umask(0o022)
+    public, secret, _key = security.create_keys("a", tmp_path / "k")
+    assert created == [0o600] and stat.S_IMODE(public.stat().st_mode) == 0o644
+    assert os.umask(0o022) == 0o022   # left as it was
+    target = tmp_path / "elsewhere"
+    (tmp_path / "k" / "b.key_secret").symlink_to(target)   # a link to nowhere
+    with pytest.raises(FileExistsError, match="delete it first"):
+        security.create_keys("b", tmp_path / "k")
+    assert not target.exists()
+    (tmp_path / "link").symlink_to(tmp_path / "k")
+    with pytest.raises(FileExistsError, match="not a folder of its own"):
+        security.create_keys("c", tmp_path / "link")
+
+
 def _two_hosts(keys, bind_a="192.0.2.20", bind_b="192.0.2.30", **extra) -> dict:
     raw = copy.deepcopy(load(None).raw)
     raw["hosts"] = {"m2": {"address": bind_a, "bind": bind_a, **extra.get("m2", {})},
