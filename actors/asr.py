@@ -37,6 +37,11 @@ MIN_PREFIX_WORDS = 3
 _CLOSERS = "\"')»”"
 
 
+def _letters(text: str) -> str:
+    """`text` lower-cased, without punctuation or spaces: how drafts' words are compared."""
+    return re.sub(r"[^\w']", "", text.lower())
+
+
 def agreed_prefix(earlier: str, later: str) -> bool:
     """Whether `later` (a longer draft) agrees with `earlier` on all its words, at a clause end.
 
@@ -50,12 +55,9 @@ def agreed_prefix(earlier: str, later: str) -> bool:
     if len(a) < MIN_PREFIX_WORDS or len(b) <= len(a):
         return False
 
-    def letters(words: list[str]) -> str:
-        return re.sub(r"[^\w']", "", "".join(words).lower())
-
-    target = letters(a)
+    target = _letters("".join(a))
     for j in range(1, len(b)):   # the shortest run of `later`'s words spelling the same
-        run = letters(b[:j])
+        run = _letters("".join(b[:j]))
         if len(run) >= len(target):
             if run != target:
                 return False
@@ -80,10 +82,6 @@ GAP_TRIES = 2
 #: A grown draft older than this when asr gets to it is skipped (asr is behind: a
 #: commit from it would come late, and its decode would put asr further behind).
 STALE_DRAFT_S = 0.5
-
-
-def _letters(word: str) -> str:
-    return re.sub(r"[^\w']", "", word.lower())
 
 
 def agreed_words(earlier: list[str], later: list[str]) -> int:
