@@ -14,6 +14,11 @@ The rule, for every stage from the segmenter to tts:
   while it loaded (`Rejoin`), so utterances keep their order across a restart.
 * Drafts (`is_draft`: work ahead on an utterance that may go on) are outside custody: never
   held, never sent again, never taken for a duplicate of the final message.
+* A holder asks rather than only waits to be told: its heartbeat lists the oldest utterances
+  it holds (`Status.holding`), and the player says again the Done of any it has finished.
+  A Done missed (published while the holder was restarting, or before it took the utterance
+  its upstream sent again) is so made up within a heartbeat. A stage remembers the Dones it
+  heard (`Finished`) and does no work on an utterance already done.
 
 Bounded memory: an outbox holds at most `OUTBOX_UTTERANCES`; beyond that the oldest is
 forgotten and counted (`outbox_dropped`). A file source never gets there: it stops reading
@@ -23,6 +28,7 @@ while `max_outstanding` utterances are in flight (see the capture actor).
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Iterator
 
 from voxweft.protocol.messages import Message, Status, is_draft
@@ -33,6 +39,11 @@ OUTBOX_UTTERANCES = 64
 SEEN_INPUTS = 4096
 #: How long after it is ready a (re)started stage waits for its upstream to send again.
 REJOIN_WINDOW_S = 5.0
+#: Utterances a heartbeat lists as held (the oldest): what a missed Done leaves behind is the
+#: oldest held, so it is always asked about.
+HOLDING_LISTED = 16
+#: Dones a stage remembers (ids are a few dozen bytes).
+FINISHED_UTTERANCES = 1024
 
 
 class Outbox:
@@ -65,6 +76,27 @@ class Outbox:
         """Everything held, oldest utterance first, each in its send order."""
         for messages in list(self.items.values()):
             yield from messages
+
+    def oldest(self, n: int = HOLDING_LISTED) -> list[str]:
+        """The `n` oldest utterances held (safe from the heartbeat thread: one C call)."""
+        return list(itertools.islice(self.items, n))
+
+
+class Finished:
+    """Bounded memory of the utterances the player is done with (the Dones heard)."""
+
+    def __init__(self, limit: int = FINISHED_UTTERANCES) -> None:
+        self.utts: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.limit = limit
+
+    def __contains__(self, utt: str) -> bool:
+        return utt in self.utts
+
+    def add(self, utt: str) -> None:
+        """Remember `utt` as done."""
+        self.utts[utt] = None
+        if len(self.utts) > self.limit:
+            self.utts.popitem(last=False)
 
 
 class Seen:

@@ -14,7 +14,6 @@ import numpy as np
 import soxr
 
 from voxweft.actors import engines
-from voxweft.actors.custody import OUTBOX_UTTERANCES, Resync
 from voxweft.actors.runtime import Actor, StartupError
 from voxweft.protocol.messages import (
     Done,
@@ -32,9 +31,15 @@ TTS_SILENT_S = 1.5
 TTS_STUCK_S = 30.0
 #: The stages that hold an utterance until our Done (actors.custody). A Done is published
 #: once: a holder whose subscription to us is not live then (we or it just restarted, its
-#: link to us broke and libzmq is still reconnecting) never hears it and would hold the
-#: utterance for ever. So each holder gets our recent Dones again whenever it (re)joins us.
+#: link to us broke and libzmq is still reconnecting), or that took the utterance again after
+#: it, would hold the utterance for ever. So each holder's heartbeat lists what it holds
+#: (`Status.holding`) and we answer with the Done of any we have finished.
 HOLDERS = ("segmenter", "asr", "mt", "tts")
+#: The same question is answered at most this often (a holder in a long model call reads
+#: our answer only when the call ends; its heartbeat asks meanwhile).
+ANSWER_EVERY_S = 2.0
+#: A holder's list counts while its heartbeat is this recent (a dead holder sends nothing).
+HOLDER_SILENT_S = 3.0
 
 
 class WavSink:
@@ -369,31 +374,53 @@ class PlayerActor(Actor):
         self.acks: list[Done] = []   # utterances written whole or skipped, to announce
         self.tts: tuple[int, str, float] | None = None   # (epoch, state, monotonic heard)
         self.tts_back = 0.0          # monotonic time tts (re)started working for us
-        self.holders: dict[str, Resync] = {}   # when to say our Dones again, per holder
+        self.answered: dict[str, float] = {}   # utterance -> when we last said its Done again
+        # holder -> (monotonic heard, what its last heartbeat says it holds)
+        self.holding: dict[str, tuple[float, set[str]]] = {}
+        self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
 
     def subscriptions(self) -> list[tuple[str, bytes]]:
         """TTS's speech chunks; the heartbeats of tts and of the other holders.
 
-        A chunk is not late while tts restarts; a holder that (re)joins us gets our Dones
-        again (see `_done_again`).
+        A chunk is not late while tts restarts; a holder asks about what it holds (see
+        `_answer`).
         """
         return [("tts", b"speech.")] + [(a, b"status.") for a in HOLDERS
                                          if a != "tts" and a in self.topology.actors]
 
-    def _done_again(self, msg: Status) -> list[Done]:
-        """Our recent Dones again, when holder `msg.src` (re)joined us since it last got them.
-
-        It has once its heartbeat shows it hears our epoch; a restart of it or a broken link
-        to us (its `links`) is a new join. A holder keeps at most OUTBOX_UTTERANCES.
-        """
+    def _answer(self, msg: Status) -> list[Done]:
+        """The Done again of each utterance holder `msg.src` asks about that we finished."""
         if msg.src not in HOLDERS:
             return []
-        sync = self.holders.setdefault(msg.src, Resync(self.name, self.epoch))
-        if not sync.check(msg) or not self.done:
-            return []
-        again = list(self.done)[-OUTBOX_UTTERANCES:]
+        now = time.monotonic()
+        self.holding[msg.src] = (now, set(msg.holding))
+        again = [utt for utt in msg.holding if utt in self.done
+                 and now - self.answered.get(utt, -ANSWER_EVERY_S) >= ANSWER_EVERY_S]
+        for utt in again:
+            self.answered[utt] = now
+        if len(self.answered) > 4 * len(HOLDERS) * len(msg.holding or [0]):
+            self.answered = {u: t for u, t in self.answered.items()
+                             if now - t < ANSWER_EVERY_S}
         self.counters["done_again"] += len(again)
         return [Done(utt=utt) for utt in again]
+
+    def _coming_again(self, u: Utterance) -> bool:
+        """Reading a file: whether a holder will send what `u` lacks again (so wait for it).
+
+        A holder lists `u`: tts is making it, or sends it again once back; or mt, asr or the
+        segmenter does, once tts is. When tts holds `u`, is working and makes nothing, what
+        `u` lacks was lost on the way: ask tts to send again what it holds.
+        """
+        if self.config.sink != "wav":
+            return False   # a loudspeaker does not wait: what is late is not heard in time
+        now = time.monotonic()
+        held = {src for src, (heard, utts) in self.holding.items()
+                if u.utt in utts and now - heard < HOLDER_SILENT_S}
+        if "tts" in held and now - self.asked_again > self.config.gap_timeout_ms / 1000:
+            self.asked_again = now
+            self.counters["asked_again"] += 1
+            self.again.add("tts")
+        return bool(held)
 
     def _session(self) -> str:
         """The session: the frozen topology file `up` and `interpret` write for each run."""
@@ -467,7 +494,7 @@ class PlayerActor(Actor):
                 self.tts = (msg.epoch, msg.state, time.monotonic(), msg.busy_s)
                 if self._tts_working() and not working_before:
                     self.tts_back = time.monotonic()
-            return iter(self._done_again(msg))
+            return iter(self._answer(msg))
         if not isinstance(msg, SpeechChunk):
             return iter(())
         if msg.utt in self.done:
@@ -536,7 +563,7 @@ class PlayerActor(Actor):
             gap_s = time.monotonic() - u.last_arrival
             if u.last_index is not None and u.next_index > u.last_index:
                 self._finish(u)
-            elif gap_s * 1000 > self.config.gap_timeout_ms:
+            elif gap_s * 1000 > self.config.gap_timeout_ms and not self._coming_again(u):
                 self._feed(u, force=True)   # what the jitter buffer holds plays now
                 if u.last_index is not None and u.next_index < u.last_index:
                     # A chunk in the middle is missing: skip it and play what follows.

@@ -33,7 +33,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from voxweft.actors.clock import Clocks
-from voxweft.actors.custody import Outbox, Rejoin, Resync, Seen
+from voxweft.actors.custody import Finished, Outbox, Rejoin, Resync, Seen
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol import sockets
 from voxweft.protocol.codec import ProtocolError, decode, encode
@@ -111,6 +111,9 @@ class Actor:
         self.media_ms = 0
         # What its engine costs on this machine, measured at warm-up (actors.budget).
         self.budget: dict[str, float] = {}
+        # Upstream actors to ask for everything they still hold for us (a message lost on
+        # the way that no sequence gap showed): the runtime counts it as a broken link.
+        self.again: set[str] = set()
 
     def arrived(self, trace: Trace, stage: str) -> Trace:
         """`trace` with this message's "<stage>.ready" and "<stage>.recv" events."""
@@ -188,6 +191,7 @@ class Runtime:
         self.sender = Sender(actor.name, self.epoch)
         self.outbox = Outbox()
         self.seen = Seen()
+        self.finished = Finished()   # utterances the player is done with
         self.resync = Resync(actor.name, self.epoch)
         self.rejoin = Rejoin(actor.name)
         self.links: collections.Counter[str] = collections.Counter()   # see Status.links
@@ -251,6 +255,7 @@ class Runtime:
                       engine=self.actor.engine_name(), busy_s=round(busy, 3),
                       counters=counters, peers=dict(self.peers), links=dict(self.links),
                       outstanding=len(self.outbox) + self.actor.held(),
+                      holding=self.outbox.oldest(),
                       stream=self.actor.stream, media_ms=int(self.actor.media_ms),
                       resources=resources(), budget=dict(self.actor.budget),
                       echo_sent={p: e[0] for p, e in self.echo.items()},
@@ -278,7 +283,8 @@ class Runtime:
 
     def send(self, msg: Message) -> None:
         """Send one output: PUSH types go to the work queue, the rest to the PUB."""
-        if self.actor.downstream and isinstance(msg, CUSTODY_TYPES):
+        if self.actor.downstream and isinstance(msg, CUSTODY_TYPES) and \
+                msg.utt not in self.finished:
             forgotten = self.outbox.keep(msg)
             if forgotten:
                 self.actor.counters["outbox_dropped"] += 1
@@ -371,6 +377,7 @@ class Runtime:
             msg = self._in_our_clock(msg)
             if isinstance(msg, Done):
                 self.outbox.release(msg.utt)
+                self.finished.add(msg.utt)
                 continue
             if isinstance(msg, Status):
                 if msg.src == self.actor.downstream and self.resync.check(msg):
@@ -388,6 +395,9 @@ class Runtime:
         """Handle one input (not a heartbeat): at most once on the utterance path."""
         self.actor.counters["rx"] += 1
         if isinstance(msg, CUSTODY_TYPES):
+            if msg.utt in self.finished:   # sent again before its Done reached the sender
+                self.actor.counters["after_done"] += 1
+                return
             if msg in self.seen:
                 self.actor.counters["duplicates"] += 1
                 self._call(self.actor.duplicate, msg)
@@ -609,6 +619,8 @@ class Runtime:
                             break
                         self._count_bound(mon)
                 self._call(self.actor.tick)
+                while self.actor.again:
+                    self.links[self.actor.again.pop()] += 1
                 if self.backlog:
                     self._flush_backlog()
         finally:

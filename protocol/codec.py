@@ -174,6 +174,10 @@ def decode(frames: list[bytes]) -> Message:
             kwargs[f.name] = _check_trace(value)
         elif f.type in ("dict[str, int]", "dict[str, float]"):
             kwargs[f.name] = _check_map(f.name, value, f.type[10:-1])
+        elif f.type == "list[str]":
+            if not isinstance(value, list):
+                raise ProtocolError("bad_field", f"field {f.name!r} must be a list of str")
+            kwargs[f.name] = [_check_scalar(f.name, v, "str") for v in value]
         else:
             kwargs[f.name] = _check_scalar(f.name, value, f.type)
     msg = cls(**kwargs)

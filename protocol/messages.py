@@ -258,6 +258,10 @@ class Status(Message):
     #: sender to send again what it still holds for us
     links: dict[str, int] = field(default_factory=dict)
     outstanding: int = 0      # utterances sent and held until Done (or queued, the player)
+    #: The oldest utterances it holds until Done (at most HOLDING_LISTED): it asks the player
+    #: their fate, so a Done it missed is said again; a player reading a file waits for what
+    #: a holder will send again rather than cut an utterance short.
+    holding: list[str] = field(default_factory=list)
     stream: str = ""          # the audio stream this actor works on ...
     media_ms: int = 0         # ... and how far into it: consumed (segmenter), received (asr)
     #: rss_kb, peak_rss_kb, cpu_ms (user + system), fds (open descriptors), threads

@@ -11,7 +11,7 @@ import soundfile as sf
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
 from voxweft.actors.capture import CaptureActor, FileSource
-from voxweft.actors.player import PlayerActor
+from voxweft.actors.player import PlayerActor, Utterance
 from voxweft.actors.segmenter import SegmenterActor
 from voxweft.actors.settings.base import StartupError
 from voxweft.deploy.topology import load
@@ -372,12 +372,13 @@ def test_player_says_done_and_says_it_again_for_a_resent_utterance(tmp_path):
     p.close()
 
 
-def test_player_says_its_dones_again_to_a_holder_that_rejoins_it(tmp_path):
+def test_player_answers_a_holder_that_asks_about_an_utterance_it_finished(tmp_path):
     # A Done is published once. The chaos run lost one: the restarted player said Done for
     # the utterance tts sent it again 0.5 s before segmenter, asr and mt were reconnected to
-    # it, and those three held that utterance for ever. A holder that (re)joins the player
-    # (it hears the player's epoch; a restart or broken link of it is a new join) gets the
-    # player's recent Dones again.
+    # it, and those three held that utterance for ever. So a holder's heartbeat lists the
+    # oldest utterances it holds, and the player answers with the Done of each it finished,
+    # whenever it is asked (at most every ANSWER_EVERY_S per utterance).
+    from voxweft.actors import player as player_module
     from voxweft.protocol.messages import Done
 
     p = player(tmp_path)
@@ -386,19 +387,44 @@ def test_player_says_its_dones_again_to_a_holder_that_rejoins_it(tmp_path):
     assert ("segmenter", b"status.") in p.subscriptions()
     assert ("mt", b"status.") in p.subscriptions()
 
-    def hb(src, epoch, hears, links=0):
-        return Status(src=src, epoch=epoch, state="ready", peers={"player": hears},
-                      links={"player": links} if links else {})
+    def hb(src, *holding):
+        return Status(src=src, epoch=5, state="ready", holding=list(holding))
 
     def dones(*statuses):
         out = run_actor(p, list(statuses), src="x", loaded=True)
         return [m.utt for m in out if isinstance(m, Done)]
 
-    assert dones(hb("segmenter", 5, hears=1)) == []       # does not hear us yet
-    assert dones(hb("segmenter", 5, hears=p.epoch)) == ["a"]   # joined: it gets them
-    assert dones(hb("segmenter", 5, hears=p.epoch)) == []      # nothing changed
-    assert dones(hb("segmenter", 5, hears=p.epoch, links=1)) == ["a"]   # its link broke
-    assert dones(hb("mt", 7, hears=p.epoch), hb("asr", 8, hears=p.epoch)) == ["a", "a"]
-    assert dones(hb("asr", 9, hears=p.epoch)) == ["a"]         # asr restarted
-    assert dones(hb("capture", 3, hears=p.epoch)) == []        # not a holder
+    assert dones(hb("segmenter")) == []                    # holds nothing
+    assert dones(hb("mt", "a", "z")) == ["a"]              # "z" is not done: no answer
+    assert dones(hb("mt", "a")) == []                      # answered a moment ago
+    p.answered["a"] -= player_module.ANSWER_EVERY_S        # ... a while ago: asked again
+    assert dones(hb("asr", "a")) == ["a"]
+    assert dones(hb("capture", "a")) == []                 # not a holder
     p.close()
+
+
+def test_player_reading_a_file_waits_for_what_a_holder_sends_again(tmp_path):
+    # Under load, with actors killed one by one, the player gave up on utterances mid-way
+    # ("no chunk for 2.0 s; moving on") although their chunks were coming again. Reading a
+    # file, an utterance a holder still lists is waited for; when tts itself holds it and
+    # makes nothing, what is missing was lost on the way: tts is asked to send it again.
+    p = player(tmp_path, gap_ms=100)
+    held = Status(state="ready", src="tts", epoch=1, holding=["a"])
+    out = run_actor(p, [held, chunk("a", 0, seconds=0.05)], src="tts", ticks=12,
+                    tick_sleep_s=0.02)
+    assert p.counters["incomplete_utterances"] == 0 and p.counters["asked_again"] >= 1
+    assert p.again == {"tts"}   # the runtime counts it as a broken link to tts
+    out += run_actor(p, [held, chunk("a", 1, True)], src="tts", ticks=5, tick_sleep_s=0.02,
+                     loaded=True)
+    finished = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert len(finished) == 1 and finished[0].complete
+    # No holder lists "b": nothing will come again, so the gap timeout applies.
+    run_actor(p, [Status(state="ready", src="tts", epoch=1), chunk("b", 0, seconds=0.05)],
+              src="tts", ticks=12, tick_sleep_s=0.02, loaded=True)
+    assert p.counters["incomplete_utterances"] == 1
+    p.close()
+    # A loudspeaker does not wait: what comes late is not heard in time.
+    topo = topology(player={"sink": "device", "gap_timeout_ms": 100})
+    live = PlayerActor(topo, topo.actors["player"])
+    live.holding["tts"] = (time.monotonic(), {"a"})
+    assert not live._coming_again(p.queue.get("a") or Utterance("a"))

@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
-from voxweft.actors.custody import Outbox, Rejoin, Resync, Seen
-from voxweft.protocol.messages import SpeechChunk, Status, Transcript, Translation
+from types import SimpleNamespace
+
+import zmq
+
+from voxweft.actors.custody import Finished, Outbox, Rejoin, Resync, Seen
+from voxweft.actors.runtime import Actor, Runtime
+from voxweft.protocol.codec import decode, encode
+from voxweft.protocol.messages import (
+    Done,
+    SpeechChunk,
+    Status,
+    Transcript,
+    Translation,
+    stamp,
+)
 
 
 def speech(utt, index):
@@ -93,3 +106,60 @@ def test_a_sender_that_never_catches_us_up_is_released_when_the_window_ends():
     assert rejoin.expired(now=4.9) == []
     assert [m.utt for m in rejoin.expired(now=5.0)] == ["u2", "u3"]   # nothing dropped
     assert not rejoin.hold(_from_mt("u4"), now=5.1) and rejoin.held == {}
+
+
+def test_outbox_lists_its_oldest_utterances_and_finished_is_bounded():
+    box = Outbox()
+    for i in range(20):
+        box.keep(speech(f"u{i}", 0))
+    box.release("u0")
+    assert box.oldest(3) == ["u1", "u2", "u3"] and len(box.oldest()) == 16
+    done = Finished(limit=2)
+    for utt in ("a", "b", "c"):
+        done.add(utt)
+    assert "a" not in done and "b" in done and "c" in done
+
+
+class _Mt(Actor):
+    name = "mt"
+    downstream = "tts"
+
+    def handle(self, msg):
+        if isinstance(msg, Transcript):
+            yield Translation(utt=msg.utt, text=msg.text.upper())
+
+
+def test_a_stage_does_no_work_on_an_utterance_already_done_and_lists_what_it_holds():
+    # The captions run under a CPU hog: mt was killed, asr sent "u1" to the new mt again,
+    # and the player's Done for "u1" reached mt before mt took "u1" (its upstream's resend
+    # waits out the rejoin window). mt then translated "u1" and held it for ever: the file
+    # never finished ("utterances held: {'mt': 1}"). A stage now remembers the Dones it heard
+    # and takes no utterance already done; and its heartbeat lists what it holds, so the
+    # player can answer a Done it missed (see the player's test).
+    rt = Runtime(_Mt(SimpleNamespace(actors={}), SimpleNamespace(host="")))
+    inbound, feed = rt.ctx.socket(zmq.PULL), rt.ctx.socket(zmq.PUSH)
+    inbound.bind("inproc://in")
+    feed.connect("inproc://in")
+    sink = rt.ctx.socket(zmq.PULL)
+    sink.bind("inproc://out")
+    rt.out = rt.ctx.socket(zmq.PUSH)
+    rt.out.connect("inproc://out")
+    try:
+        for seq, (msg, src) in enumerate([(Done(utt="u1"), "player"),
+                                          (Transcript(utt="u1", text="late"), "asr"),
+                                          (Transcript(utt="u2", text="new"), "asr")], 1):
+            feed.send_multipart(encode(stamp(msg, src=src, epoch=1, seq=seq)))
+        while inbound.poll(500) and rt.actor.counters["rx"] + rt.actor.counters["after_done"] < 2:
+            rt._receive(inbound)
+        sent = []
+        while sink.poll(200):
+            sent.append(decode(sink.recv_multipart()))
+        assert [m.utt for m in sent] == ["u2"]
+        assert rt.actor.counters["after_done"] == 1
+        assert rt.outbox.oldest() == ["u2"]
+        status = decode(encode(stamp(rt.status(), src="mt", epoch=1, seq=9)))
+        assert status.holding == ["u2"]   # over the wire as a list of ids
+    finally:
+        for sock in (inbound, feed, sink, rt.out):
+            sock.close(0)
+        rt.ctx.term()
