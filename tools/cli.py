@@ -123,6 +123,7 @@ def _captions_program(args):
 
 def cmd_captions(args) -> int:
     """Serve the captions page for the room from the bus."""
+    from voxweft.tools.captions import read_token
     from voxweft.tools.captions.server import serve
 
     topology = _tap_topology(args)
@@ -130,7 +131,10 @@ def cmd_captions(args) -> int:
         curve = _listener_curve(topology, args)
     except ValueError as exc:
         return _die(f"captions: {exc}")
-    token = args.token or os.environ.get("VOXWEFT_CAPTIONS_TOKEN") or None
+    try:
+        token = read_token(args.token_file, os.environ)
+    except ValueError as exc:
+        return _die(f"captions: {exc}")
     return serve(topology, args.host, args.bind, args.port, token, curve)
 
 
@@ -449,8 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("captions", help="serve the live captions page for the room")
     common(sp)
     captions_address(sp, "--bind", "--port")
-    sp.add_argument("--token", help="access token for the page's URL (default beyond "
-                                    "loopback: a new random one)")
+    # No --token: a command line shows in `ps` to every user of the machine.
+    sp.add_argument("--token-file", metavar="PATH",
+                    help="file that holds the access token for the page's URL (default: "
+                         "$VOXWEFT_CAPTIONS_TOKEN, else beyond loopback a new random one)")
     sp.add_argument("--key", help="a client's secret key file (`voxweft keys --client`), "
                                   "to listen to a CURVE bus from a machine that is no host")
     sp.set_defaults(fn=cmd_captions)

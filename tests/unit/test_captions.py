@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
+from aiohttp import web
 
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
-from voxweft.tools.captions import url
+from voxweft.tools.captions import read_token, url
 from voxweft.tools.captions.room import KEEP, SILENT_S, Room
-from voxweft.tools.captions.server import QUEUE, Captions
+from voxweft.tools.captions.server import MAX_STREAMS, QUEUE, RUNNER, Captions
 from voxweft.tools.subtitles import NOT_SPOKEN
 
 S = 10**9
@@ -155,21 +156,24 @@ def topology():
 
 
 async def _serve(captions: Captions, check):
-    server = TestServer(captions.app(), host="127.0.0.1")
-    await server.start_server()
+    """Serve the page as `serve` does (its runner's options) on a free loopback port."""
+    runner = web.AppRunner(captions.app(), **RUNNER)
+    await runner.setup()
+    sock = socket.create_server(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
     try:
         async with aiohttp.ClientSession() as session:
-            await check(server, session)
+            await check(sock.getsockname()[1], session)
     finally:
-        await server.close()
+        await runner.cleanup()
 
 
 def test_the_server_asks_for_the_token_and_streams_the_state(topology):
     captions = Captions(topology, None, token="s3cret")
     captions.room.apply(Transcript(utt="u1", text="Hello there."))
 
-    async def check(server, session):
-        base = f"http://127.0.0.1:{server.port}"
+    async def check(port, session):
+        base = f"http://127.0.0.1:{port}"
         for path in ("/", "/events", "/subtitles.en.vtt"):
             async with session.get(base + path) as resp:
                 assert resp.status == 403, path
@@ -205,8 +209,8 @@ def test_the_server_asks_for_the_token_and_streams_the_state(topology):
 def test_a_browser_that_does_not_keep_up_is_dropped_not_waited_for(topology):
     captions = Captions(topology, None, token=None)
 
-    async def check(server, session):
-        base = f"http://127.0.0.1:{server.port}"
+    async def check(port, session):
+        base = f"http://127.0.0.1:{port}"
         async with session.get(base + "/events") as resp:
             await resp.content.readline()
             while not captions.clients:
@@ -222,6 +226,99 @@ def test_a_browser_that_does_not_keep_up_is_dropped_not_waited_for(topology):
             assert (await resp.content.readline()).startswith(b"retry:")
 
     asyncio.run(_serve(captions, check))
+
+
+def test_a_request_for_a_name_the_server_is_not_is_refused(topology):
+    """DNS rebinding: a web page whose own name now points at 127.0.0.1 reads nothing."""
+    local = Captions(topology, None, token=None)
+
+    async def check(port, session):
+        base = f"http://127.0.0.1:{port}"
+        for host in (f"rebound.example:{port}", "rebound.example", "127.0.0.1:1"):
+            for path in ("/", "/events", "/subtitles.en.vtt", "/static/page.js"):
+                async with session.get(base + path, headers={"Host": host}) as resp:
+                    assert resp.status == 421, (host, path)
+                    assert (await resp.text()).count("\n") == 1
+        for host in (f"127.0.0.1:{port}", f"LOCALHOST:{port}", f"[::1]:{port}"):
+            async with session.get(base + "/", headers={"Host": host}) as resp:
+                assert resp.status == 200, host
+
+    asyncio.run(_serve(local, check))
+    lan = Captions(topology, None, token="s3cret", bind="192.168.1.20")
+
+    async def check_lan(port, session):
+        base = f"http://127.0.0.1:{port}/?token=s3cret"
+        async with session.get(base, headers={"Host": f"192.168.1.20:{port}"}) as resp:
+            assert resp.status == 200
+        async with session.get(base, headers={"Host": f"localhost:{port}"}) as resp:
+            assert resp.status == 421
+
+    asyncio.run(_serve(lan, check_lan))
+
+
+def test_a_token_that_is_not_ascii_is_refused_not_an_error(topology):
+    captions = Captions(topology, None, token="s3cret")
+
+    async def check(port, session):
+        base = f"http://127.0.0.1:{port}"
+        for path in ("/", "/events", "/subtitles.en.vtt"):
+            for token in ("é", "s3crét", "%FF"):
+                async with session.get(f"{base}{path}?token={token}") as resp:
+                    assert resp.status == 403, (path, token)
+        async with session.get(base + "/?token=s3cret") as resp:
+            assert resp.status == 200
+
+    asyncio.run(_serve(captions, check))
+
+
+def test_event_streams_are_capped_and_a_browser_that_goes_away_frees_its_slot(topology):
+    captions = Captions(topology, None, token=None)
+
+    async def check(port, session):
+        url = f"http://127.0.0.1:{port}/events"
+        streams = [await session.get(url) for _ in range(MAX_STREAMS)]
+        assert all(s.status == 200 for s in streams) and len(captions.clients) == MAX_STREAMS
+        async with session.get(url) as resp:
+            assert resp.status == 503 and (await resp.text()).count("\n") == 1
+        async with session.get(url.replace("/events", "/")) as resp:
+            assert resp.status == 200   # the page itself is not capped
+        streams.pop().close()   # a browser goes away: its slot is free at once
+        await asyncio.wait_for(_until(lambda: len(captions.clients) < MAX_STREAMS), 5)
+        async with session.get(url) as resp:
+            assert resp.status == 200
+        for s in streams:
+            s.close()
+
+    asyncio.run(_serve(captions, check))
+
+
+async def _until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
+def test_the_token_comes_from_a_file_or_the_environment_not_the_command_line(tmp_path):
+    from voxweft.tools.cli import build_parser
+
+    path = tmp_path / "token"
+    path.write_text("s3cret-_.~9\n")
+    args = build_parser().parse_args(["captions", "--token-file", str(path)])
+    assert read_token(args.token_file, {"VOXWEFT_CAPTIONS_TOKEN": "env"}) == "s3cret-_.~9"
+    assert read_token(None, {"VOXWEFT_CAPTIONS_TOKEN": "env"}) == "env"
+    assert read_token(None, {}) is None
+    for content, error in (("", "is empty"), ("two words", "letters, digits"),
+                           ("sécret", "letters, digits"), (None, "cannot read")):
+        if content is not None:
+            path.write_text(content)
+        else:
+            path.unlink()
+        with pytest.raises(ValueError, match=error) as exc:
+            read_token(str(path), {})
+        assert str(path) in str(exc.value)
+    with pytest.raises(ValueError, match="VOXWEFT_CAPTIONS_TOKEN"):
+        read_token(None, {"VOXWEFT_CAPTIONS_TOKEN": "a b"})
+    # No option takes the token itself: `ps` shows a command line to every local user.
+    assert "token" not in vars(build_parser().parse_args(["captions"]))
 
 
 def test_up_captions_is_a_supervised_program_with_its_token_out_of_sight(tmp_path, topology):

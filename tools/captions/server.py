@@ -8,12 +8,16 @@ EventSource reconnects by itself and gets the whole state again.
 
 Read-only: only GET. Bound to loopback by default; bound beyond it, every request needs the
 access token in the URL (`?token=...`), and the bus side uses the host's CURVE keys as every
-client of a bus beyond loopback does.
+client of a bus beyond loopback does. A request that calls the server by another name (its
+Host header) is refused: a web page whose own name an attacker points at this address (DNS
+rebinding) would otherwise read the page, token or none. At most MAX_STREAMS browsers are
+served at once; more are turned away (503) and their page retries by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import secrets
@@ -33,6 +37,12 @@ STATIC = Path(__file__).with_name("static")
 #: Page events a browser may have waiting before it is dropped as too slow.
 QUEUE = 512
 KEEPALIVE_S = 15.0
+#: Event streams served at once (each holds a connection and a queue): a room's phones, not
+#: whatever a stranger on the network opens.
+MAX_STREAMS = 32
+#: aiohttp's server options. A browser that goes away cancels its handler at once, which frees
+#: its event stream's slot (by default aiohttp waits for a write to fail: up to KEEPALIVE_S).
+RUNNER = {"handler_cancellation": True}
 TOPICS = [b"transcript.", b"translation.", b"playback.", b"status."]
 
 log = logging.getLogger("voxweft.captions")
@@ -43,15 +53,28 @@ def sse(event: str, data: dict) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+def names(bind: str) -> frozenset[str] | None:
+    """The names a browser may call a server bound to `bind` by (Host, less its port).
+
+    None when bound to every address: it is not on loopback, so the token guards it.
+    """
+    if loopback(bind):
+        return frozenset({"127.0.0.1", "localhost", "[::1]"})
+    if bind in ("0.0.0.0", "::"):
+        return None
+    return frozenset({f"[{bind}]" if ":" in bind else bind})
+
+
 class Captions:
     """The server: the room, the browsers connected, the bus thread."""
 
     def __init__(self, topology: Topology, host: str | None, token: str | None,
-                 curve=None) -> None:
+                 curve=None, bind: str = "127.0.0.1") -> None:
         self.topology = topology
         self.host = host
         self.token = token
         self.curve = curve
+        self.names = names(bind)
         self.room = Room({a: c.host for a, c in topology.actors.items()},
                          topology.src_lang, topology.tgt_lang)
         self.clients: dict[asyncio.Queue, web.Request] = {}
@@ -93,9 +116,21 @@ class Captions:
                         request.transport.close()
 
     # -- the web side -------------------------------------------------------------------------
+    @web.middleware
+    async def _addressed(self, request: web.Request, handler):
+        """Refuse a request that calls this server by a name it does not have (DNS rebinding)."""
+        if self.names is not None:
+            port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
+            host = request.headers.get("Host", "").lower().removesuffix(f":{port}")
+            if host not in self.names:
+                raise web.HTTPMisdirectedRequest(
+                    text="voxweft captions: not this server's name; open the URL it printed\n")
+        return await handler(request)
+
     def _allowed(self, request: web.Request) -> None:
-        if self.token and not secrets.compare_digest(request.query.get("token", ""),
-                                                     self.token):
+        # As bytes: a token that is not ASCII is a wrong token, not an error.
+        given = request.query.get("token", "").encode()
+        if self.token and not hmac.compare_digest(given, self.token.encode()):
             raise web.HTTPForbidden(text="voxweft captions: open the URL with its ?token=... "
                                          "as `voxweft captions` printed it\n")
 
@@ -108,12 +143,17 @@ class Captions:
     async def events(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: the whole state, then every change, until dropped."""
         self._allowed(request)
+        if len(self.clients) >= MAX_STREAMS:
+            log.warning("captions: turned %s away: %d pages are open already", request.remote,
+                        MAX_STREAMS)
+            raise web.HTTPServiceUnavailable(
+                text=f"voxweft captions: {MAX_STREAMS} pages are open already; try later\n")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-store"})
-        await response.prepare(request)
         queue: asyncio.Queue = asyncio.Queue(QUEUE)
-        self.clients[queue] = request
+        self.clients[queue] = request   # before the first await: no two requests share a slot
         try:
+            await response.prepare(request)
             await response.write(b"retry: 1000\n\n" +
                                  b"".join(sse(*e) for e in self.room.snapshot()))
             while queue in self.clients:
@@ -143,7 +183,7 @@ class Captions:
 
     def app(self) -> web.Application:
         """The aiohttp application: GET only."""
-        app = web.Application()
+        app = web.Application(middlewares=[self._addressed])
         app.router.add_get("/", self.page)
         app.router.add_get("/events", self.events)
         app.router.add_get(r"/subtitles.{lang:[a-z]{2,3}}.{fmt:[a-z]{3}}", self.subtitles)
@@ -171,11 +211,11 @@ def serve(topology: Topology, host: str | None, bind: str, port: int,
     """Serve the page until SIGTERM or Ctrl-C."""
     if not loopback(bind) and not token:
         token = secrets.token_urlsafe(16)
-    captions = Captions(topology, host, token, curve)
+    captions = Captions(topology, host, token, curve, bind)
     print(f"voxweft captions: {url(bind, port, token)}", flush=True)
     try:
         web.run_app(captions.app(), host=bind, port=port, print=None, shutdown_timeout=1.0,
-                    handle_signals=True)
+                    handle_signals=True, **RUNNER)
     except OSError as exc:
         print(f"voxweft captions: cannot listen on {bind}:{port} ({exc.strerror}); choose "
               "another --port", flush=True)
