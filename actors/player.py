@@ -108,9 +108,9 @@ class WavSink:
             with open(self.journal, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
 
-    def finished(self, utt: str) -> None:
-        """`utt` is in the file whole."""
-        self._log({"utt": utt, "end": self.written})
+    def finished(self, utt: str, complete: bool = True) -> None:
+        """`utt` is in the file (`complete`: whole; else what came of it before we gave up)."""
+        self._log({"utt": utt, "end": self.written, "complete": complete})
 
     def idle(self) -> bool:
         """A file never runs dry: it needs no jitter buffer."""
@@ -329,7 +329,7 @@ class DeviceSink:
         finally:
             self.closing = False
 
-    def finished(self, utt: str) -> None:
+    def finished(self, utt: str, complete: bool = True) -> None:
         """A loudspeaker keeps no journal: a restarted player starts with an empty buffer."""
 
     def close(self) -> None:
@@ -664,7 +664,7 @@ class PlayerActor(Actor):
         del self.queue[u.utt]
         self.done.append(u.utt)
         self._write(u, self._flush(u), end=True)   # the last chunk never came
-        self.sink.finished(u.utt)
+        self.sink.finished(u.utt, u.complete)
         # Upstream stages may forget it now: it is in the sink, whole or as whole as it gets.
         self.acks.append(Done(utt=u.utt, complete=u.complete))
         if not u.complete:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,20 @@ EngineCheck = Callable[[str, EngineConfig, str, bool], object]
 DEFAULT_MAX_LAG_S = 8.0
 #: Where a host's supervisord event listener publishes actor process states (deploy.events).
 DEFAULT_EVENTS_PORT = 47600
+#: A host's or a client's name: it names files (a run directory, key files) and is an argument
+#: on supervisord's command lines, so it is one plain word (no path, space, quote or `%`).
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}")
+#: Line breaks and other control characters: no name, address or path in a topology has one,
+#: and in one they could end a line of a file it is written into (supervisord.conf, a log).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def name_error(name: str) -> str:
+    """Why `name` cannot name a host or a client; "" when it can."""
+    if NAME.fullmatch(name):
+        return ""
+    return (f"name {name!r:.60} must be 1 to 63 letters, digits, '_' or '-', not starting "
+            "with '-': it names files and is a command's argument")
 
 
 class PipelineTable(Settings):
@@ -259,6 +274,24 @@ ActorTables = create_model("ActorTables", __base__=_ActorTables, __module__=__na
                            **{name: (CONFIG_TYPES[name], ...) for name in ACTOR_NAMES})
 
 
+def _control_character(value: Any, where: str = "") -> str:
+    """Where the first key or text in `value` with a control character is, as one line.
+
+    At any depth ("" when none has one): names, addresses and paths are all text.
+    """
+    problem = "holds a control character (a line break, NUL...), as no name, address or path may"
+    if isinstance(value, str):
+        return f"{where} = {value!r:.60} {problem}" if CONTROL.search(value) else ""
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        if isinstance(key, str) and CONTROL.search(key):
+            return f"{where + ': ' if where else ''}name {key!r:.60} {problem}"
+        if error := _control_character(item, f"{where}.{key}" if where else str(key)):
+            return error
+    return ""
+
+
 class TopologyFile(Settings):
     """A whole topology file: its tables typed, and the rules between them.
 
@@ -272,11 +305,21 @@ class TopologyFile(Settings):
     # name -> CURVE public key; Any, so that a non-text key gets the same line, with its name.
     clients: dict[str, Any] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_control_characters(cls, raw: Any) -> Any:
+        if error := _control_character(raw):
+            raise ValueError(error)
+        return raw
+
     @field_validator("hosts")
     @classmethod
     def _some_and_this_one(cls, hosts: dict[str, HostTable], info) -> dict[str, HostTable]:
         if not hosts:
             raise ValueError("no [hosts.NAME] table; add one, e.g. [hosts.local]")
+        for name in hosts:
+            if error := name_error(name):
+                raise ValueError(f"hosts: {error}")
         host = (info.context or {}).get("host")
         if host is not None and host not in hosts:
             raise ValueError(f"--host {host!r} is not one of: {', '.join(hosts)}")
@@ -286,6 +329,8 @@ class TopologyFile(Settings):
     @classmethod
     def _curve_keys(cls, clients: dict[str, Any]) -> dict[str, Any]:
         for name, key in clients.items():
+            if error := name_error(name):
+                raise ValueError(f"clients: {error}")
             if not isinstance(key, str) or not security.valid_public_key(key):
                 raise ValueError(f"clients.{name} = {key!r} is not a CURVE public key (40 Z85 "
                                  f"characters: `voxweft keys --client {name}` prints it)")

@@ -1,5 +1,6 @@
 """Chaos: every actor is killed (-9) twice while a 10-minute recording is interpreted, part of
-the time with both cores busy. Every utterance comes out exactly once, in order."""
+the time with both cores busy, each kill at a bad moment (while the victim holds work).
+Every utterance comes out exactly once, in order, whole."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ import pytest
 
 from tests.conftest import ROOT, VOXWEFT
 from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
+from voxweft.deploy.supervisor import BusWatcher
+from voxweft.deploy.topology import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
+#: How long a kill waits for its victim to hold work before it kills it anyway.
+WORST_WAIT_S = 15.0
 
 
 def hog(seconds: float) -> list[subprocess.Popen]:
@@ -40,38 +44,55 @@ def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):
     rng = random.Random(11)
     victims = list(ACTORS) * 2
     rng.shuffle(victims)
-    kills: list[tuple[float, str]] = []
+    kills: list[tuple[float, str, bool]] = []   # (when, victim, it held work)
     hogs: list[subprocess.Popen] = []
-    t0 = None
+    t0 = watcher = None
     try:
         while proc.poll() is None and victims:
             if t0 is None:   # wait until the whole pipeline runs
                 if all(actor_pid(run_root, a) for a in ACTORS):
                     t0 = time.monotonic()
                     next_kill = t0 + rng.uniform(20, 40)
+                    watcher = BusWatcher(load(next(run_root.glob("*/topology.toml"))))
                 time.sleep(0.5)
                 continue
+            watcher.poll(0.2)
             if not hogs and time.monotonic() - t0 > 120:
                 hogs = hog(150)   # both cores busy for 2.5 minutes of the run
-            if time.monotonic() >= next_kill:
-                victim = victims.pop()
-                pid = actor_pid(run_root, victim)
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                    kills.append((time.time(), victim))
-                    print(f"chaos: kill -9 {victim} (pid {pid}) at "
-                          f"{time.monotonic() - t0:.0f} s", flush=True)
-                next_kill = time.monotonic() + rng.uniform(20, 40)
-            time.sleep(0.2)
+            if time.monotonic() < next_kill:
+                continue
+            # The worst moment: while the victim holds work (utterances it has not seen
+            # done, or a model call under way), waited for up to WORST_WAIT_S.
+            victim = victims[-1]
+            said = watcher.latest.get(victim)
+            busy = victim == "capture" or bool(said and said.state != "loading" and
+                                               (said.outstanding or said.busy_s))
+            if not busy and time.monotonic() < next_kill + WORST_WAIT_S:
+                continue
+            pid = actor_pid(run_root, victim)
+            if not pid:
+                continue   # between two processes: supervisord is starting it again
+            os.kill(pid, signal.SIGKILL)
+            victims.pop()
+            kills.append((time.time(), victim, busy))
+            print(f"chaos: kill -9 {victim} (pid {pid}, holding work: {busy}) at "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+            watcher.latest.pop(victim, None)   # what the dead process said is gone with it
+            next_kill = time.monotonic() + rng.uniform(20, 40)
         stdout, _ = proc.communicate(timeout=1200)
     finally:
         for h in hogs:
             h.kill()
         if proc.poll() is None:
             proc.kill()
+        if watcher:
+            watcher.close()
     print(stdout[-3000:])
     assert proc.returncode == 0, stdout[-3000:]
-    assert not victims, f"the run ended before every actor was killed twice: {kills}"
+    assert not victims and len(kills) == 2 * len(ACTORS), \
+        f"the run ended before every actor was killed twice: {kills}"
+    holding = [victim for _, victim, busy in kills if busy]
+    assert len(holding) >= len(kills) - 2, f"too few kills landed while holding work: {kills}"
 
     transcripts = check_whole(out, placed)
 
@@ -82,7 +103,7 @@ def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):
     print(f"chaos: {len(transcripts)} utterances, {len(kills)} kills, latency p50 "
           f"{median:.2f} s")
     wall = {r["utt"]: r.get("speech_end_ns") for r in rows}
-    for when, victim in kills:
+    for when, victim, _ in kills:
         after = [u for u, ns in wall.items() if ns and ns / 1e9 >= when - 2]
         nxt = min(after, key=lambda u: wall[u]) if after else None
         cost = (lat[nxt] - median) if nxt and lat.get(nxt) is not None else None

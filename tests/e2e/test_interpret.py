@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
+from tests.e2e.whole import played_whole
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -70,8 +71,9 @@ def check_outputs(out, references):
     latency = json.loads((out / "latency.json").read_text())
     rows = latency["utterances"]
     assert [r["utt"] for r in rows] == [t["utt"] for t in transcripts]
+    played_whole(out, [t["utt"] for t in transcripts])
     for row in rows:
-        assert row["played"]
+        assert row["played"] and row["spoken"], row
         figure = row["speech_end_to_first_audio_s"]
         assert figure is not None and figure > 0
         stages = row["stages_s"]
