@@ -457,6 +457,7 @@ class Runtime:
             log.error("%s: cannot start: %s", actor.name, exc)
             return EXIT_CONFIG
         self.auth = self.curve.start(self.ctx, actor.name) if self.curve else None
+        self.redial = sockets.Redial(self.curve)
         try:
             pull = self.ctx.socket(zmq.PULL)
             pull.setsockopt(zmq.LINGER, 0)
@@ -576,6 +577,8 @@ class Runtime:
         event = recv_monitor_message(mon)
         kind = sockets.BOUND_EVENTS.get(event["event"], "peer_events")
         self.actor.counters[kind] += 1
+        if kind == "peers_refused":
+            self.actor.counters[sockets.refused_why(event)] += 1
         now = time.monotonic()
         # A refused peer retries every 0.1-2 s: said once per REFUSED_LOG_S, counted always.
         if kind == "peers_refused" and now - self.refused_logged >= REFUSED_LOG_S:
@@ -604,6 +607,9 @@ class Runtime:
                 timeout_ms = max(0, int(self.actor.tick_interval_s() * 1000))
                 if self.rejoin.held:   # release what is held when the window closes
                     timeout_ms = min(timeout_ms, 200)
+                wait_s = self.redial.connect_due(time.monotonic())
+                if wait_s is not None:   # a lost connection is made again then
+                    timeout_ms = min(timeout_ms, int(wait_s * 1000) + 1)
                 events = dict(poller.poll(timeout_ms))
                 for sock in inputs:
                     if sock in events:
@@ -639,13 +645,9 @@ class Runtime:
         # we do not claim to hear it: sent while our side was still reconnecting, the outbox
         # was lost again (a 5 s cable pull lost an utterance for good).
         self.peers.pop(peer, None)
-        log.info("%s: lost %s (peer stopped or sent an oversized frame); reconnecting",
-                 self.actor.name, endpoint)
-        try:
-            sock.disconnect(endpoint)
-        except zmq.ZMQError:
-            pass
-        sockets.connect(sock, endpoint, self.curve)
+        if not self.redial.lost(sock, endpoint, time.monotonic()):   # said once, not per retry
+            log.info("%s: lost %s (peer stopped, refused us or sent an oversized frame); "
+                     "reconnecting", self.actor.name, endpoint)
 
 
 def output_proxy(pull: zmq.Socket, pub: zmq.Socket) -> None:

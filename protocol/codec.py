@@ -25,6 +25,13 @@ MAX_TEXT_CHARS = 16 * 1024
 MAX_TRACE = 64
 MAX_MAP_ITEMS = 64
 MAX_CHANNELS = 8
+# Real audio: the bus carries 16 kHz, the tts engines speak 22.05, 24 or 48 kHz; the same range
+# as the player's `sample_rate` setting. A receiver resamples to its own rate, so a rate of 1 Hz
+# would make it allocate gigabytes from one payload.
+MIN_SAMPLE_RATE = 8000
+MAX_SAMPLE_RATE = 192_000
+# ... and what it makes is bounded by the duration: a segment is <= max_segment_s (<= 120 s).
+MAX_PCM_S = 600
 
 
 class ProtocolError(ValueError):
@@ -181,8 +188,12 @@ def decode(frames: list[bytes]) -> Message:
         else:
             kwargs[f.name] = _check_scalar(f.name, value, f.type)
     msg = cls(**kwargs)
-    if is_pcm and msg.sample_rate <= 0:
-        raise ProtocolError("bad_pcm", f"sample_rate {msg.sample_rate} must be positive")
+    if is_pcm and not MIN_SAMPLE_RATE <= msg.sample_rate <= MAX_SAMPLE_RATE:
+        raise ProtocolError("bad_pcm", f"sample_rate {msg.sample_rate} is not within "
+                                       f"{MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE} Hz")
+    if is_pcm and len(msg.pcm) > MAX_PCM_S * msg.sample_rate:
+        raise ProtocolError("bad_pcm", f"{len(msg.pcm)} frames at {msg.sample_rate} Hz is "
+                                       f"longer than {MAX_PCM_S} s")
     if topic != msg.topic():
         raise ProtocolError("bad_topic", f"topic {topic!r:.40} does not match {msg.topic()!r}")
     return msg

@@ -7,8 +7,9 @@ bound on a non-loopback address is a CURVE server with its host's keys; a ZAP ha
 every host's and the `[clients]` (a tap, a captions page), and, when `[hosts.NAME] allow`
 names them, only those source addresses. A socket connecting to such an address is a CURVE
 client that knows the server's public key, so a peer pretending to be that host cannot
-complete the handshake. Refusals are logged and counted (`peers_refused`). Loopback-only
-topologies use no keys at all.
+complete the handshake. Such a server refuses every client while no ZAP handler runs
+(ZAP_ENFORCE_DOMAIN), rather than admitting any key. Refusals are counted (`peers_refused`) and
+logged once per REFUSED_LOG_S. Loopback-only topologies use no keys at all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ipaddress
 import logging
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,8 @@ import zmq.utils.z85
 
 KEYS_ENV = "VOXWEFT_KEYS"
 ZAP_DOMAIN = "voxweft"
+#: A refused peer may retry its handshake many times a second: said once per this many seconds.
+REFUSED_LOG_S = 10.0
 _log = logging.getLogger("voxweft.security")
 
 
@@ -116,6 +120,9 @@ class Curve:
             sock.curve_publickey = self.public
             sock.curve_server = True
             sock.zap_domain = ZAP_DOMAIN.encode()
+            # Without this libzmq admits any key while no ZAP handler answers (none started,
+            # or it stopped): CURVE would encrypt but let strangers in.
+            sock.zap_enforce_domain = True
         sock.bind(endpoint)
 
     def connect(self, sock: zmq.Socket, endpoint: str) -> None:
@@ -140,16 +147,22 @@ class Curve:
 
 
 class _Admit:
-    """The ZAP decision: a listed key is admitted; any other is refused, and said so."""
+    """The ZAP decision: a listed key is admitted; any other is refused, counted and said so."""
 
     def __init__(self, curve: Curve, who: str) -> None:
         self.curve, self.who = curve, who
+        self.refused = 0
+        self.said = float("-inf")   # when a refusal was last logged (time.monotonic)
 
     def callback(self, domain: str, key: bytes) -> bool:
         name = self.curve.clients.get(key)
         if name is None:
-            _log.warning("%s: refused a peer with an unlisted key %s", self.who,
-                         key.decode("ascii", "replace"))
+            self.refused += 1
+            now = time.monotonic()
+            if now - self.said >= REFUSED_LOG_S:
+                self.said = now
+                _log.warning("%s: refused a peer with an unlisted key %s; %d refused so far",
+                             self.who, key.decode("ascii", "replace"), self.refused)
         return name is not None
 
 

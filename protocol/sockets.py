@@ -18,9 +18,12 @@ COMMON = {
     zmq.HEARTBEAT_TIMEOUT: 3000,
     # Ask the peer to drop us after 3 s of silence too (a frozen host on the LAN).
     zmq.HEARTBEAT_TTL: 3000,
-    # Reconnect quickly after a restart (supervisord restarts an actor within ~1 s) ...
-    zmq.RECONNECT_IVL: 100,
-    # ... but back off to 2 s so a peer that stays down does not cost a busy loop.
+    # Retry 0.5 s after a peer is lost, then at 1.5, 3.5 s ...: a restart (supervisord restarts
+    # an actor within ~1 s) is back by 1.5 s, as with 100 ms (0.1, 0.3, 0.7, 1.5 s). A refused
+    # handshake is retried after this interval every time: libzmq starts its backoff again
+    # with each TCP connection (libzmq #883); at 100 ms a stale key handshook 10 times a second.
+    zmq.RECONNECT_IVL: 500,
+    # Back off to 2 s so a peer that stays down does not cost a busy loop.
     zmq.RECONNECT_IVL_MAX: 2000,
     # A connect whose SYNs go unanswered (a LAN cable pulled) is given up after 2 s and tried
     # again: left to the kernel, its retransmits (1, 2, 4 ... 32 s) delayed the reconnect
@@ -68,6 +71,20 @@ BOUND_EVENTS = {
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "peers_refused",
     zmq.EVENT_DISCONNECTED: "peers_gone",
 }
+#: Why a peer was refused, counted beside `peers_refused` (a test, or `status`, tells them apart).
+REFUSED_WHY = {
+    zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: "refused_no_curve",      # or CURVE to a plain bus
+    zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: "refused_server_key",         # it expects another key
+}
+
+
+def refused_why(event: dict) -> str:
+    """The counter of a refusal a bound socket's monitor reported (see BOUND_EVENTS)."""
+    if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return "refused_key"       # a key the topology does not list, or an address not allowed
+    if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        return REFUSED_WHY.get(event["value"], "refused_protocol")
+    return "refused_other"
 
 
 def connect(sock: zmq.Socket, endpoint: str, curve: Curve | None = None) -> None:
@@ -118,3 +135,47 @@ def pull(ctx: zmq.Context, endpoints: list[str], curve: Curve | None = None) -> 
     for endpoint in endpoints:
         connect(sock, endpoint, curve)
     return sock
+
+
+class Redial:
+    """Connects again, after a wait, the endpoints of connections libzmq dropped for good.
+
+    libzmq does not reconnect after a protocol error (a frame over MAXMSGSIZE, a refused
+    handshake), so the runtime connects again itself. Connected again at once every time, a
+    peer refused every time handshook ~600 times a second, a log line each; so only a
+    connection that lasted (longer than RECONNECT_IVL_MAX) is made again at once, and while
+    they fail at once the wait is libzmq's own backoff: RECONNECT_IVL doubling up to _MAX.
+    """
+
+    FIRST_S = COMMON[zmq.RECONNECT_IVL] / 1000
+    MOST_S = COMMON[zmq.RECONNECT_IVL_MAX] / 1000
+
+    def __init__(self, curve: Curve | None = None) -> None:
+        self.curve = curve
+        self.due: dict[tuple[zmq.Socket, str], float] = {}   # when to connect again
+        # the last wait and when it ended (the connection's start), by (socket, endpoint)
+        self.waits: dict[tuple[zmq.Socket, str], tuple[float, float]] = {}
+
+    def lost(self, sock: zmq.Socket, endpoint: str, now: float) -> float:
+        """`sock` lost `endpoint` (a monitor's EVENT_DISCONNECTED): connect it again later.
+
+        Returns the wait: 0 for a connection that lasted, more while they fail at once.
+        """
+        try:
+            sock.disconnect(endpoint)   # libzmq's own retry, if any, would not wait
+        except zmq.ZMQError:
+            pass   # libzmq already forgot it
+        wait, since = self.waits.get((sock, endpoint), (0.0, float("-inf")))
+        wait = 0.0 if now - since > self.MOST_S else min(max(2 * wait, self.FIRST_S),
+                                                         self.MOST_S)
+        self.waits[(sock, endpoint)] = (wait, now + wait)
+        self.due[(sock, endpoint)] = now + wait
+        return wait
+
+    def connect_due(self, now: float) -> float | None:
+        """Connect what is due; the seconds until the next is (None: nothing waits)."""
+        for (sock, endpoint), at in list(self.due.items()):
+            if at <= now:
+                del self.due[(sock, endpoint)]
+                connect(sock, endpoint, self.curve)
+        return min(self.due.values()) - now if self.due else None

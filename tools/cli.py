@@ -324,9 +324,12 @@ def cmd_tap(args) -> int:
 
 def cmd_keys(args) -> int:
     """Make a CURVE key pair for a host or a client; print the public key for the topology."""
+    from voxweft.actors.settings.topology import name_error
     from voxweft.protocol import security
 
     name = args.host or args.client
+    if error := name_error(name):   # it names the key files: "../x" would write elsewhere
+        return _die(f"keys: {'host' if args.host else 'client'} {error}")
     directory = Path(args.dir).expanduser() if args.dir else None
     try:
         public_file, secret_file, key = security.create_keys(name, directory)

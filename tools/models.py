@@ -21,8 +21,10 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,22 +391,30 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for f in todo:
         say(f"voxweft models: {name}: {f.path} ({human(f.size)}) from {entry.repo}")
+        # Into a folder of its own beside the model's files, moved to its name (atomically:
+        # the same file system) only once its sha256 matches, and removed whatever stops it
+        # (Ctrl-C too): an engine never finds an unchecked file under a name it loads.
+        part = Path(tempfile.mkdtemp(prefix=".fetch-", dir=folder))
         try:
-            hf_hub_download(entry.repo, f.path, revision=entry.revision, local_dir=folder,
-                            endpoint=endpoint)
-        except offline as exc:
-            raise ModelsError(_copy_line(entry, folder, "lost the model hub while downloading "
-                                         f"{f.path} ({type(exc).__name__})")) from None
-        except (HfHubHTTPError, OSError) as exc:
-            _forget(folder, f.path)
-            raise ModelsError(f"{name}: downloading {f.path} failed: "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                              ) from None
-        got = sha256_of(folder / f.path)
-        if got != f.sha256:
-            _forget(folder, f.path)
-            raise ModelsError(f"{name}: {f.path} has sha256 {got}, not the pinned {f.sha256}; "
-                              f"deleted it (a bad mirror or a changed file?)")
+            try:
+                hf_hub_download(entry.repo, f.path, revision=entry.revision, local_dir=part,
+                                endpoint=endpoint)
+            except offline as exc:
+                raise ModelsError(_copy_line(entry, folder, "lost the model hub while "
+                                             f"downloading {f.path} ({type(exc).__name__})")
+                                  ) from None
+            except (HfHubHTTPError, OSError) as exc:
+                raise ModelsError(f"{name}: downloading {f.path} failed: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                                  ) from None
+            got = sha256_of(part / f.path)
+            if got != f.sha256:
+                raise ModelsError(f"{name}: {f.path} has sha256 {got}, not the pinned "
+                                  f"{f.sha256}; deleted it (a bad mirror or a changed file?)")
+            (folder / f.path).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(part / f.path, folder / f.path)
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
     say(f"voxweft models: {name} is in {folder} (sha256 checked)")
     return folder
 

@@ -146,12 +146,14 @@ def replay(topology: Topology, path: Path, fast: bool, topic: str = "") -> int:
     Only messages whose topic starts with `topic` are published, so a recording of the
     whole bus can drive one live actor (e.g. `--topic transcript` into a running mt).
     Utterances get new ids (`ID~rRUN`): an actor that handled them before handles them again.
+    Beyond loopback it publishes with CURVE and this host's keys, as the actors do.
     """
     if not path.exists():
         print(f"voxweft replay: {path} not found", file=sys.stderr)
         return 2
     ctx = zmq.Context()
     pubs: dict[str, zmq.Socket] = {}
+    auth = None   # the ZAP handler, started with the first CURVE socket
     sent = 0
     run = f"{time.time_ns() // 1000 % 0xFFFFFF:06x}"
     try:
@@ -169,13 +171,23 @@ def replay(topology: Topology, path: Path, fast: bool, topic: str = "") -> int:
                 frames = encode(dataclasses.replace(msg, utt=f"{msg.utt}~r{run}"))
             items.append((recv, frames, msg.src))
         for src in sorted({src for _, _, src in items if src in topology.actors}):
+            host = topology.host_of(src).name
+            try:   # the curve of the actor's own process
+                curve = topology.curve(host)
+            except ValueError as exc:
+                print(f"voxweft replay: {src} publishes on a CURVE bus as host {host}: {exc}; "
+                      "or replay into a topology that binds loopback", file=sys.stderr)
+                return 1
+            if curve is not None and auth is None:   # one per context (the first host's allow)
+                auth = curve.start(ctx, "replay")
             try:
-                pubs[src] = sockets.pub(ctx, topology.pub_bind(src))
+                pubs[src] = sockets.pub(ctx, topology.pub_bind(src), curve)
             except zmq.ZMQError as exc:
                 print(f"voxweft replay: cannot bind {topology.pub_bind(src)} for {src} ({exc}); "
                       f"stop the live {src} actor first", file=sys.stderr)
                 return 1
-        time.sleep(1.0)   # subscribers reconnect to the new publisher (slow joiner)
+        # Subscribers retry at most RECONNECT_IVL_MAX apart: wait till they have joined.
+        time.sleep(sockets.COMMON[zmq.RECONNECT_IVL_MAX] / 1000 + 0.5)
         first_recv, t0 = (items[0][0] if items else 0), time.monotonic()
         for recv, frames, src in items:
             if src not in pubs:
@@ -193,6 +205,8 @@ def replay(topology: Topology, path: Path, fast: bool, topic: str = "") -> int:
     finally:
         for sock in pubs.values():
             sock.close(0)
+        if auth is not None:
+            auth.stop()
         ctx.term()
     print(f"voxweft replay: published {sent} message(s) from {', '.join(pubs) or 'nobody'}",
           file=sys.stderr)

@@ -195,3 +195,53 @@ def test_an_injected_catalogue_is_checked_like_every_table(home, monkeypatch, li
     monkeypatch.setenv("VOXWEFT_MODELS_CATALOGUE", str(catalogue))
     with pytest.raises(ModelsError, match=f"extra.toml: models.bad: {re.escape(words)}"):
         models.catalogue()
+
+
+@pytest.fixture
+def fake_hub(home, monkeypatch):
+    """huggingface_hub without a network: `serve(path, data, then=None)` is what it downloads.
+
+    Like the real one, a download lands under `local_dir` whole; `then` is raised after it
+    (an interruption between the download and the sha256 check).
+    """
+    import huggingface_hub
+
+    served: dict[str, tuple[bytes, BaseException | None]] = {}
+    entry = entry_for({"config.json": b"{}", "weights.npz": b"0123456789"})
+    monkeypatch.setattr(models, "catalogue", lambda: {entry.name: entry})
+    monkeypatch.setattr(huggingface_hub, "hf_hub_url", lambda repo, path, **kw: path)
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata",
+                        lambda url, **kw: type("Meta", (), {"commit_hash": entry.revision}))
+
+    def download(repo, path, revision, local_dir, endpoint=None):
+        data, then = served[path]
+        (Path(local_dir) / path).parent.mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / path).write_bytes(data)
+        if then is not None:
+            raise then
+        return str(Path(local_dir) / path)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    return entry, lambda path, data, then=None: served.__setitem__(path, (data, then))
+
+
+def test_fetch_puts_a_file_in_place_only_once_its_sha256_matches(fake_hub):
+    entry, serve = fake_hub
+    folder = models.install_dir(entry)
+    serve("config.json", b"{}")
+    serve("weights.npz", b"X123456789", KeyboardInterrupt())   # right size, wrong bytes
+    with pytest.raises(KeyboardInterrupt):
+        models.fetch(entry.name, say=lambda line: None)
+    assert not (folder / "weights.npz").exists()    # nothing unchecked under its own name
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]   # no partial left
+    assert models.catalogue_state(entry)[0] == "partial"
+
+    serve("weights.npz", b"X123456789")
+    with pytest.raises(ModelsError, match="sha256"):
+        models.fetch(entry.name, say=lambda line: None)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]
+
+    serve("weights.npz", b"0123456789")
+    assert models.fetch(entry.name, say=lambda line: None) == folder
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.npz"]
+    assert models.catalogue_state(entry, verify=True) == ("verified", "")

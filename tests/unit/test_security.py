@@ -265,6 +265,11 @@ def test_keys_and_up_commands(tmp_path):
     again = subprocess.run([*VOXWEFT, "keys", "--host", "m2"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "delete it first" in again.stderr
+    outside = subprocess.run([*VOXWEFT, "keys", "--client", "../../escaped"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert outside.returncode == 1 and "must be 1 to 63 letters" in outside.stderr
+    assert not list(tmp_path.glob("**/escaped*")) and not (tmp_path.parent /
+                                                            "escaped.key_secret").exists()
 
     topology = tmp_path / "lan.toml"
     topology.write_text(tomli_w.dumps(_two_hosts(None)), encoding="utf-8")

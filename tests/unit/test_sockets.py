@@ -103,7 +103,7 @@ def test_presets_are_applied(ctx: zmq.Context, kind: str):
         "pull": {zmq.RCVHWM: 100, zmq.MAXMSGSIZE: MAXMSG},
     }[kind]
     common = {zmq.LINGER: 0, zmq.HEARTBEAT_IVL: 1000, zmq.HEARTBEAT_TIMEOUT: 3000,
-              zmq.HEARTBEAT_TTL: 3000, zmq.RECONNECT_IVL: 100, zmq.RECONNECT_IVL_MAX: 2000}
+              zmq.HEARTBEAT_TTL: 3000, zmq.RECONNECT_IVL: 500, zmq.RECONNECT_IVL_MAX: 2000}
     for option, value in {**common, **expected}.items():
         assert sock.getsockopt(option) == value, (kind, option)
 
@@ -226,3 +226,50 @@ def test_oversized_frame_drops_connection(ctx: zmq.Context, kind: str):
     endpoint = _endpoint(tx)
     fresh = sockets.sub(ctx, [endpoint], [b""]) if kind == "pub" else sockets.pull(ctx, [endpoint])
     assert _send_until_received(tx, fresh, [b"again", b"4"]) == [b"again", b"4"]
+
+
+def test_a_refusal_is_counted_by_why():
+    # The two-host test's strangers (no CURVE, a wrong server key; an unlisted key is ZAP's
+    # refusal) are each told apart on the bound socket, not only summed into peers_refused.
+    from zmq.utils.monitor import recv_monitor_message
+
+    from voxweft.protocol.sockets import BOUND_EVENTS, refused_why
+
+    ctx = zmq.Context()
+    server_public, server_secret = zmq.curve_keypair()
+    other_public, _ = zmq.curve_keypair()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.curve_server = True
+    pub.curve_secretkey = server_secret
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    mon = pub.get_monitor_socket(sum(set(BOUND_EVENTS)))
+
+    def refused(make) -> str:
+        client = make()
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(f"tcp://127.0.0.1:{port}")
+        try:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and mon.poll(1000):
+                event = recv_monitor_message(mon)
+                if BOUND_EVENTS.get(event["event"]) == "peers_refused":
+                    return refused_why(event)
+            return "not refused"
+        finally:
+            client.close(0)
+
+    def curve_sub(server_key):
+        sock = ctx.socket(zmq.SUB)
+        sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+        sock.curve_serverkey = server_key
+        return sock
+
+    try:
+        assert refused(lambda: ctx.socket(zmq.SUB)) == "refused_no_curve"
+        assert refused(lambda: curve_sub(other_public)) == "refused_server_key"
+    finally:
+        pub.disable_monitor()
+        mon.close(0)
+        pub.close(0)
+        ctx.term()
