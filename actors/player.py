@@ -14,6 +14,7 @@ import numpy as np
 import soxr
 
 from voxweft.actors import engines
+from voxweft.actors.custody import OUTBOX_UTTERANCES
 from voxweft.actors.runtime import Actor, StartupError
 from voxweft.protocol.messages import (
     Done,
@@ -40,6 +41,10 @@ HOLDERS = ("segmenter", "asr", "mt", "tts")
 ANSWER_EVERY_S = 2.0
 #: A holder's list counts while its heartbeat is this recent (a dead holder sends nothing).
 HOLDER_SILENT_S = 3.0
+#: Bounded memory: utterances queued at most (each holder keeps at most OUTBOX_UTTERANCES)
+#: and chunks per utterance (tts splits at clauses: a 15 s segment makes a few dozen).
+QUEUE_UTTERANCES = 2 * OUTBOX_UTTERANCES
+UTTERANCE_CHUNKS = 4096
 
 
 class WavSink:
@@ -500,6 +505,16 @@ class PlayerActor(Actor):
         if msg.utt in self.done:
             self.counters["late_chunks"] += 1   # its utterance is done already
             return iter((Done(utt=msg.utt),))
+        if msg.utt not in self.queue and len(self.queue) >= QUEUE_UTTERANCES or \
+                not 0 <= msg.index < UTTERANCE_CHUNKS:
+            # More than any pipeline sends (its holders keep at most OUTBOX_UTTERANCES, tts
+            # splits at clauses): a peer gone wrong. Dropped, counted, said once a while.
+            self.counters["refused_chunks"] += 1
+            if self.counters["refused_chunks"] in (1, 10, 100, 1000):
+                self.log.warning("player: refused chunk %d of %s (%d utterances queued): "
+                                 "more than a pipeline sends", msg.index, msg.utt,
+                                 len(self.queue))
+            return iter(())
         u = self.queue.setdefault(msg.utt, Utterance(msg.utt))
         u.chunks[msg.index] = msg
         u.last_arrival = time.monotonic()

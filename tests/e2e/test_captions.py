@@ -149,8 +149,9 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
         _wait("mt shown down", lambda: _state(browser, "mt") == "down", 30, proc)
         _wait("mt shown ready again", lambda: _state(browser, "mt") == "ready", 180, proc)
         restarts = browser.execute_script(
-            "return document.querySelector(\"#actors .actor[data-name='mt']\").textContent")
-        assert "1" in restarts, restarts
+            "return document.querySelector(\"#actors .actor[data-name='mt'] .restarts\")"
+            ".textContent")
+        assert restarts == "↻1", restarts   # one restart, on mt's own chip
         # Not blank: mid-talk, the screenshot has text and colour on it.
         _wait("three translations", lambda: len([r for r in _rows(browser) if r["lat"]]) >= 3,
               120, proc)
@@ -166,7 +167,9 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
             proc.terminate()
             proc.wait(timeout=60)
 
-    # Every utterance, in order, with the final texts the files have.
+    # The server is gone with the pipeline: the page says so and keeps what it showed, every
+    # utterance, in order, with the final texts the files have.
+    _wait("the page to notice the server is gone", lambda: _conn(browser) == "closed", 30)
     rows = [r for r in _rows(browser) if not r["draft"]]
     transcripts = [line for line in (out / "transcript.jsonl").read_text().splitlines()]
     assert len(rows) == len(transcripts) >= 5

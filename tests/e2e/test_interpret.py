@@ -6,13 +6,12 @@ import json
 import re
 import subprocess
 
-import jiwer
 import numpy as np
 import pytest
 import soundfile as sf
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
-from tests.e2e.whole import played_whole
+from tests.e2e.whole import content_error, played_whole
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -43,9 +42,9 @@ def check_outputs(out, references):
     translations = read_jsonl(out / "translation.jsonl")
     # One utterance per clip, or more where a long one was committed up to an inner pause.
     assert len(references) <= len(transcripts) <= 2 * len(references), transcripts
-    wer = jiwer.wer(normalize(" ".join(references)),
-                    normalize(" ".join(t["text"] for t in transcripts)))
-    assert wer < 0.10, f"WER {wer:.3f}: {[t['text'] for t in transcripts]}"
+    # By characters: a compound spelt otherwise ("blockbooks") is two word errors of ~20.
+    cer = content_error(" ".join(references), " ".join(t["text"] for t in transcripts))
+    assert cer < 0.05, f"CER {cer:.3f}: {[t['text'] for t in transcripts]}"
     # media times are increasing and inside the session
     starts = [t["media_start_s"] for t in transcripts]
     assert starts == sorted(starts) and starts[0] >= 0.5
@@ -73,7 +72,7 @@ def check_outputs(out, references):
     assert [r["utt"] for r in rows] == [t["utt"] for t in transcripts]
     played_whole(out, [t["utt"] for t in transcripts])
     for row in rows:
-        assert row["played"] and row["spoken"], row
+        assert row["played"] and not row["not_spoken"], row
         figure = row["speech_end_to_first_audio_s"]
         assert figure is not None and figure > 0
         stages = row["stages_s"]

