@@ -41,6 +41,8 @@ HOLDERS = ("segmenter", "asr", "mt", "tts")
 ANSWER_EVERY_S = 2.0
 #: A holder's list counts while its heartbeat is this recent (a dead holder sends nothing).
 HOLDER_SILENT_S = 3.0
+#: Why an utterance was not spoken when tts said nothing of it: the player gave up on it.
+NO_AUDIO = "no audio came in time: the player moved on"
 #: Bounded memory: utterances queued at most (each holder keeps at most OUTBOX_UTTERANCES)
 #: and chunks per utterance (tts splits at clauses: a 15 s segment makes a few dozen).
 QUEUE_UTTERANCES = 2 * OUTBOX_UTTERANCES
@@ -687,7 +689,9 @@ class PlayerActor(Actor):
         if u.started_ns is None:
             after = max([now_ns()] + [due for due, _ in self.pending])   # keep event order
             self._schedule(after, PlaybackEvent(utt=u.utt, event="skipped",
-                                                complete=u.complete, reason=u.skipped,
+                                                complete=u.complete,
+                                                reason=u.skipped or ("" if u.complete else
+                                                                     NO_AUDIO),
                                                 trace=traced(u.trace, "play.end")))
             return
         end_ns = self.sink.busy_until_ns()

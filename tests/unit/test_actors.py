@@ -440,3 +440,17 @@ def test_player_queue_is_bounded_against_a_peer_gone_wrong(tmp_path):
     assert len(p.queue) == player_module.QUEUE_UTTERANCES
     assert p.counters["refused_chunks"] == 51
     p.close()
+
+
+def test_player_says_why_when_it_gives_up_on_an_utterance_with_no_audio(tmp_path):
+    # In a run under load one utterance was "spoken: false" with no reason: the player gave
+    # up on it before any audio came. It now says so.
+    from voxweft.actors import player as player_module
+
+    p = player(tmp_path, gap_ms=100)
+    empty = SpeechChunk(utt="c", index=0, sample_rate=24000, pcm=np.zeros(0, np.float32))
+    out = run_actor(p, [TTS_READY, empty], src="tts", ticks=15, tick_sleep_s=0.02)
+    p.close()
+    skipped = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "skipped"]
+    assert [(m.utt, m.reason, m.complete) for m in skipped] == \
+        [("c", player_module.NO_AUDIO, False)]
