@@ -405,7 +405,7 @@ class PlayerActor(Actor):
                  and now - self.answered.get(utt, -ANSWER_EVERY_S) >= ANSWER_EVERY_S]
         for utt in again:
             self.answered[utt] = now
-        if len(self.answered) > 4 * len(HOLDERS) * len(msg.holding or [0]):
+        if len(self.answered) > 256:   # bounded: what was answered a while ago is forgotten
             self.answered = {u: t for u, t in self.answered.items()
                              if now - t < ANSWER_EVERY_S}
         self.counters["done_again"] += len(again)

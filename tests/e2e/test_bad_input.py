@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 
 import numpy as np
 import pytest
 import soundfile as sf
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k
+from voxweft.deploy.supervisor import BusWatcher
+from voxweft.deploy.topology import load
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -78,8 +82,38 @@ def test_thirty_minute_recording_keeps_every_utterance_at_its_time(tmp_path):
     sf.write(path, audio, 16000, subtype="PCM_16")
     del audio
     out = tmp_path / "out"
-    proc = interpret("--input", str(path), "--out", str(out), "--fast", timeout=580)
-    assert proc.returncode == 0, proc.stderr
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    proc = subprocess.Popen([*VOXWEFT, "interpret", "--input", str(path), "--out", str(out),
+                             "--fast"], cwd=ROOT, env={**os.environ, "TMPDIR": str(run_root)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Memory, from the actors' own heartbeats: what each had once ready, and the most it ever
+    # had (peak RSS); the whole file is 57 MB as 16-bit samples, 115 MB as float32.
+    early, peak, watcher = {}, {}, None
+    deadline = time.monotonic() + 580
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if watcher is None:
+                tops = list(run_root.glob("*/topology.toml"))
+                watcher = BusWatcher(load(tops[0])) if tops else None
+                time.sleep(0.5)
+                continue
+            watcher.poll(0.5)
+            for actor in ("capture", "segmenter"):
+                said = watcher.latest.get(actor)
+                if said and said.resources and said.state == "ready":
+                    early.setdefault(actor, said.resources["rss_kb"])
+                    peak[actor] = said.resources["peak_rss_kb"]
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if watcher:
+            watcher.close()
+    assert proc.returncode == 0, stderr
+    assert set(early) == set(peak) == {"capture", "segmenter"}, (early, peak)
+    for actor in early:   # bounded: it never held a good part of the file
+        assert peak[actor] - early[actor] < 20 * 1024, (actor, early[actor], peak[actor])
     rows = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
     assert len(rows) == len(placed), [(r["media_start_s"], r["text"]) for r in rows]
     for row, (at, clip) in zip(rows, placed, strict=True):

@@ -140,6 +140,12 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
         psutil.Process(_wait("the captions server", lambda: _pid("captions", out), 10)).kill()
         _wait("the page to notice", lambda: _conn(browser) == "closed", 30, proc)
         _wait("the page to reconnect", lambda: _conn(browser) == "open", 60, proc)
+        # Drafts show for a moment (a pause's draft, until the utterance is committed): the
+        # page notes every draft text it shows, 50 times a second.
+        browser.execute_script(
+            "window.drafts = new Set(); setInterval(() => { for (const e of "
+            "document.querySelectorAll('#captions .draft')) if (e.textContent.trim()) "
+            "window.drafts.add(e.textContent); }, 20);")
         first = _wait("a first translation", lambda: [r for r in _rows(browser)
                                                       if r["tgt"] and not r["draft"]], 300, proc)
         assert first[0]["src"]
@@ -171,6 +177,7 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
     # utterance, in order, with the final texts the files have.
     _wait("the page to notice the server is gone", lambda: _conn(browser) == "closed", 30)
     rows = [r for r in _rows(browser) if not r["draft"]]
+    assert browser.execute_script("return window.drafts.size") > 0, "no draft was ever shown"
     transcripts = [line for line in (out / "transcript.jsonl").read_text().splitlines()]
     assert len(rows) == len(transcripts) >= 5
     assert all(r["src"] and r["tgt"] and re.search(r"\d\.\d s", r["lat"]) for r in rows), rows

@@ -1,4 +1,4 @@
-"""Stopping is clean: SIGTERM or SIGHUP on `interpret` or `bench` stops what it started,
+"""Stopping is clean: Ctrl-C, SIGTERM or SIGHUP on `interpret` or `bench` stops what it started,
 within seconds, and writes what was interpreted so far, marked partial. (`up --watch`: in
 tests/integration/test_supervision.py.)"""
 
@@ -28,7 +28,9 @@ def actor_pids(marker: str) -> list[int]:
 
 @pytest.mark.parametrize(("command", "signum"), [("interpret", signal.SIGTERM),
                                                   ("interpret", signal.SIGHUP),
-                                                  ("bench", signal.SIGTERM)])
+                                                  ("interpret", signal.SIGINT),
+                                                  ("bench", signal.SIGTERM),
+                                                  ("bench", signal.SIGINT)])
 def test_signal_stops_and_keeps_partial_outputs(tmp_path, command, signum):
     out = tmp_path / "out"
     if command == "interpret":
@@ -47,14 +49,19 @@ def test_signal_stops_and_keeps_partial_outputs(tmp_path, command, signum):
     run_root.mkdir()
     proc = subprocess.Popen([*VOXWEFT, *args], cwd=ROOT,
                             env={**os.environ, "TMPDIR": str(run_root)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)   # its own process group, as in a shell
     try:
         deadline = time.monotonic() + 240
         for line in proc.stdout:   # the first translation: the pipeline is working
             if "] pt:" in line or time.monotonic() > deadline:
                 break
         assert actor_pids(str(run_root)), "no actor found running"
-        proc.send_signal(signum)
+        # Ctrl-C in a terminal: SIGINT to the whole foreground process group
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         t0 = time.monotonic()
         proc.wait(30)
         took = time.monotonic() - t0

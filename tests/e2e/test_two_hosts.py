@@ -82,7 +82,9 @@ def lan():
 
 def _topology(tmp_path, lan, clips: int = 3, pause_s: float = 1.0, live: bool = False) -> tuple:
     raw = tomllib.loads((ROOT / "deploy" / "two-hosts.toml").read_text(encoding="utf-8"))
-    keys = {"thief": security.create_keys("thief", tmp_path / "other-keys")}
+    keys = {"thief": security.create_keys("thief", tmp_path / "other-keys"),
+            "laptop": security.create_keys("laptop", tmp_path / "client-keys")}
+    raw["clients"] = {"laptop": keys["laptop"][2]}   # a listed listener (`tap --key`)
     for host in ("m2", "ultra"):
         keys[host] = security.create_keys(host, tmp_path / "keys")
         address = lan.address(host)
@@ -231,6 +233,12 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
             lan.popen("ultra", [sys.executable, "-c", STRANGER, *args], cwd=ROOT,
                       stdout=open(tmp_path / f"{name}.txt", "w"),  # noqa: SIM115
                       stderr=subprocess.STDOUT)
+        # A listed client's key (`voxweft keys --client`), no host's: the laptop in the room.
+        laptop = lan.popen("ultra", [*VOXWEFT, "tap", "--topology", str(topology), "--key",
+                                     str(keys["laptop"][1]), "--topic", "audio", "--json",
+                                     "--duration", "900"], cwd=ROOT, env=env,
+                           stdout=open(tmp_path / "laptop.jsonl", "w"),  # noqa: SIM115
+                           stderr=subprocess.STDOUT)
         _ready(ups)
         link0, t0 = lan.link_bytes("ultra"), time.time_ns()
         done = _wait_done(tmp_path, references)
@@ -241,6 +249,9 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
         assert _utts(rows, "transcript") == [d["utt"] for d in done]
         assert _utts(rows, "translation") == [d["utt"] for d in done]
         assert any(r["topic"].startswith("audio.capture") for r in rows)   # keyed, across
+        laptop.kill()
+        assert any(r["topic"].startswith("audio.capture")
+                   for r in _rows(tmp_path / "laptop.jsonl")), "tap --key heard no audio"
         for name in strangers:   # each heard nothing, and was refused and said so
             assert (tmp_path / f"{name}.txt").read_text() == "", name
         logs = ups["m2"][1] / "logs"
