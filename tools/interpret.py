@@ -320,7 +320,7 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     except SupervisorError as exc:
         code, reason = 1, str(exc)
     except KeyboardInterrupt:
-        code, reason = 130, "interrupted"
+        code, reason = 128 + signal.SIGINT, "stopped by SIGINT (Ctrl-C)"
     except Terminated as exc:
         code, reason = 128 + exc.signum, f"stopped by {signal.Signals(exc.signum).name}"
     finally:
