@@ -82,29 +82,35 @@ class Outbox:
         return list(itertools.islice(self.items, n))
 
 
-class Finished:
-    """Bounded memory of the utterances the player is done with (the Dones heard)."""
+class Recent:
+    """A bounded set that forgets its oldest member first (ids, keys: a few dozen bytes)."""
 
-    def __init__(self, limit: int = FINISHED_UTTERANCES) -> None:
-        self.utts: collections.OrderedDict[str, None] = collections.OrderedDict()
+    def __init__(self, limit: int) -> None:
+        self.items: collections.OrderedDict[object, None] = collections.OrderedDict()
         self.limit = limit
 
-    def __contains__(self, utt: str) -> bool:
-        return utt in self.utts
+    def __contains__(self, item: object) -> bool:
+        return item in self.items
 
-    def add(self, utt: str) -> None:
-        """Remember `utt` as done."""
-        self.utts[utt] = None
-        if len(self.utts) > self.limit:
-            self.utts.popitem(last=False)
+    def add(self, item: object) -> None:
+        """Remember `item` (the oldest is forgotten beyond `limit`)."""
+        self.items[item] = None
+        if len(self.items) > self.limit:
+            self.items.popitem(last=False)
+
+
+class Finished(Recent):
+    """The utterances the player is done with (the Dones heard)."""
+
+    def __init__(self, limit: int = FINISHED_UTTERANCES) -> None:
+        super().__init__(limit)
 
 
 class Seen:
     """Bounded memory of the inputs already handled, by (type, utterance, index)."""
 
     def __init__(self, limit: int = SEEN_INPUTS) -> None:
-        self.keys: collections.OrderedDict[tuple, None] = collections.OrderedDict()
-        self.limit = limit
+        self.keys = Recent(limit)
 
     @staticmethod
     def key(msg: Message) -> tuple:
@@ -118,9 +124,7 @@ class Seen:
         """Remember `msg` as handled (drafts are not remembered: each is new)."""
         if is_draft(msg):
             return
-        self.keys[self.key(msg)] = None
-        if len(self.keys) > self.limit:
-            self.keys.popitem(last=False)
+        self.keys.add(self.key(msg))
 
 
 class Resync:

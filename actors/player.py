@@ -14,7 +14,7 @@ import numpy as np
 import soxr
 
 from voxweft.actors import engines
-from voxweft.actors.custody import OUTBOX_UTTERANCES
+from voxweft.actors.custody import OUTBOX_UTTERANCES, Finished
 from voxweft.actors.runtime import Actor, StartupError
 from voxweft.protocol.messages import (
     Done,
@@ -374,7 +374,7 @@ class PlayerActor(Actor):
         self.queue: collections.OrderedDict[str, Utterance] = collections.OrderedDict()
         # Events wait until the audio they describe is really heard: (due wall ns, event).
         self.pending: list[tuple[int, PlaybackEvent]] = []
-        self.done: collections.deque[str] = collections.deque(maxlen=1000)
+        self.done = Finished(limit=1000)   # utterances written whole or skipped
         self.cut_next = False        # the next audio written does not continue the last
         self.device_lost_at: float | None = None
         self.last_retry = 0.0
@@ -484,7 +484,8 @@ class PlayerActor(Actor):
         if self.config.sink == "wav":
             self.sink = WavSink(self.config.path, self.config.sample_rate or self._voice_rate(),
                                 self._session())
-            self.done.extend(self.sink.done)
+            for utt in self.sink.done:
+                self.done.add(utt)
             if self.sink.done:
                 self.log.info("player: restarted; %s holds %d utterance(s) whole, %.1f s",
                               self.config.path, len(self.sink.done),
@@ -679,7 +680,7 @@ class PlayerActor(Actor):
 
     def _finish(self, u: Utterance) -> None:
         del self.queue[u.utt]
-        self.done.append(u.utt)
+        self.done.add(u.utt)
         self._write(u, self._flush(u), end=True)   # the last chunk never came
         self.sink.finished(u.utt, u.complete)
         # Upstream stages may forget it now: it is in the sink, whole or as whole as it gets.
