@@ -3,16 +3,63 @@
 # the demo on the bundled sample. Debian/Ubuntu (as root or with sudo) or macOS + Homebrew.
 #   tools/install.sh            install and run the demo
 #   tools/install.sh --no-demo  install only
+# On macOS it first checks the machine (Apple Silicon, a native arm64 shell, macOS 14 or
+# later: mlx and torch have wheels for nothing else) and stops with one line saying what to
+# do, before installing anything.
+# VOXWEFT_INSTALL_PREFLIGHT_ONLY=1 (for the tests, tests/unit/test_install_mac.py): run those
+# platform checks, then exit 0 without installing anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Refuse, with one line on stderr, a Mac that mlx==0.32.4 and torch==2.13.0 have no wheel for
+# (they ship macOS 14+ arm64 wheels only; pip's resolver would otherwise die saying nothing).
+mac_preflight() {
+  local arch translated version major
+  arch=$(uname -m)
+  if [ "$arch" != "arm64" ]; then
+    translated=$(sysctl -n sysctl.proc_translated 2>/dev/null || true)
+    if [ "$arch" = "x86_64" ] && [ "$translated" = "1" ]; then
+      echo "install: this shell runs under Rosetta (x86_64 on Apple Silicon); open a native arm64 terminal (e.g. arch -arm64 /bin/zsh) and rerun tools/install.sh" >&2
+    else
+      echo "install: this is an Intel Mac ($arch): voxweft's Mac engines (MLX) need an Apple Silicon Mac (M1 or later)" >&2
+    fi
+    exit 1
+  fi
+  version=$(sw_vers -productVersion 2>/dev/null || true)
+  major=${version%%.*}
+  case "$major" in
+    '' | *[!0-9]*)
+      echo "install: could not read the macOS version (sw_vers -productVersion printed '$version'); voxweft's MLX and torch wheels need macOS 14 (Sonoma) or later" >&2
+      exit 1 ;;
+  esac
+  if [ "$major" -lt 14 ]; then
+    echo "install: macOS $version: voxweft's MLX and torch wheels need macOS 14 (Sonoma) or later; update macOS (System Settings > General > Software Update)" >&2
+    exit 1
+  fi
+}
+
+# The platform checks are done: with VOXWEFT_INSTALL_PREFLIGHT_ONLY=1, stop here.
+preflight_done() {
+  if [ "${VOXWEFT_INSTALL_PREFLIGHT_ONLY:-}" = "1" ]; then
+    echo "install: preflight passed ($(uname -s) $(uname -m)); VOXWEFT_INSTALL_PREFLIGHT_ONLY=1, installing nothing"
+    exit 0
+  fi
+}
+
 case "$(uname -s)" in
   Darwin)
+    mac_preflight
+    preflight_done
     command -v brew >/dev/null || { echo "install Homebrew first (https://brew.sh)"; exit 1; }
-    brew install python@3.11 portaudio espeak-ng libsndfile apertium
+    # What the Mac topologies (deploy/mac.toml; two Macs, the same engines: mlx-whisper,
+    # CTranslate2 NLLB, VoxCPM2) and the rest need: espeak-ng for Kokoro (`voxweft demo`, the
+    # default topology); portaudio and libsndfile for sounddevice and soundfile. No apertium:
+    # no Mac topology uses it; `brew install apertium` adds the rule-based MT if you want it.
+    brew install python@3.11 portaudio espeak-ng libsndfile
     PYTHON=${PYTHON:-python3.11}
     ;;
   Linux)
+    preflight_done
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     # espeak-ng: phonemes for Kokoro and the espeak engine; libportaudio2: sound devices;

@@ -310,9 +310,10 @@ def test_kokoro_plan_starts_small_and_grows():
     plan = engine.plan(text)
     assert plan[0] == "E," and " ".join(plan) == text
     assert all(len(c.split()) >= 3 for c in plan[1:])
-    # budgets 12 -> 18 -> 27 -> 40.5: each chunk can be synthesized while the last one plays
-    assert plan == ["E,", "vale a pena", "mencionar de passagem que",
-                    "como um exemplo de tipografia fina,", "nunca foi superado."]
+    # budgets 12 -> 18 -> 27 -> 40.5: each chunk can be synthesized while the last one plays;
+    # a chunk cut by length leaves its trailing short word ("que") to the next
+    assert plan == ["E,", "vale a pena", "mencionar de passagem",
+                    "que como um exemplo de tipografia fina,", "nunca foi superado."]
     # A large first_chunk_chars gives whole clauses (after the first mark).
     assert KokoroEngine(first_chunk_chars=500).plan(text) == [
         "E,", "vale a pena mencionar de passagem que como um exemplo de tipografia fina,",

@@ -155,8 +155,9 @@ def test_a_runaway_generation_ends_at_its_texts_bound(runaway, backend):
     short, long = "Sim, claro.", "Sim, claro, e depois voltamos todos juntos para casa."
     for text in (short, long):
         samples = len(_audio(e, text))
-        bound = e.max_patches(text) * e.patch_s * e.sample_rate
-        assert 0.9 * bound <= samples <= bound + 16, (text, samples, bound)   # mlx: +8
+        pieces = e.plan(text)        # each piece is bounded by its own length
+        bound = sum(e.max_patches(p) for p in pieces) * e.patch_s * e.sample_rate
+        assert 0.9 * bound <= samples <= bound + 16 * len(pieces), (text, samples, bound)
     assert e.max_patches(long) > 2 * e.max_patches(short)
 
 
@@ -200,6 +201,79 @@ def test_the_4bit_mlx_conversion_speaks(tiny, tmp_path):
     q = build_tiny_voxcpm2_mlx_4bit(tiny, tmp_path / "q4")
     a = _audio(_engine(q, "mlx"), voice=_ref(0))
     assert len(a) > 0.1 * 48000 and np.isfinite(a).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_voice_is_encoded_once_and_reused_by_every_piece(tiny, backend):
+    e = _engine(tiny, backend)
+    vae = e.model.audio_vae
+    calls = []
+    encode = vae.encode
+    vae.encode = lambda *a, **k: (calls.append(1), encode(*a, **k))[1]
+    text = "Olá, tudo bem? Eu vim aqui hoje, com os meus amigos, para falar de música."
+    assert len(e.plan(text)) >= 3
+    first = _audio(e, text, voice=_ref(0))
+    assert len(calls) == 1 and e.encoded == 1        # one encoding for all the pieces
+    assert np.array_equal(first, _audio(e, text, voice=_ref(0)))   # reused: same voice
+    assert len(calls) == 1
+    _audio(e, text, voice=_ref(1))                   # the next utterance's voice: once more
+    assert len(calls) == 2
+    prompt = Reference(key="r1", pcm=_ref(1).pcm, sample_rate=BUS_RATE, text="Bom dia.")
+    _audio(e, text, voice=prompt)                    # the same audio as a prompt: its own
+    assert len(calls) == 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlx_audio") is None, reason="no mlx_audio")
+def test_mlx_first_audio_leaves_after_a_short_first_piece(runaway):
+    e = _engine(runaway, "mlx", max_s_per_char=0.05)
+    text = ("Hoje de manhã eu fui ao mercado da cidade comprar frutas e legumes frescos "
+            "para a semana inteira, e depois voltei para casa com a minha irmã mais nova.")
+    pieces = e.plan(text)
+    assert pieces[0] == "Hoje de manhã"    # a few words, not ending on "eu" or "ao"
+    assert len(pieces) >= 3 and len(pieces[1]) > len(pieces[0])     # then longer pieces
+    assert " ".join(pieces) == text
+    assert e.plan(text, eager=False)[0] != pieces[0]     # not eager: long pieces at once
+    asked = []
+    generate = e.model.generate
+    e.model.generate = lambda piece, **k: (asked.append(piece), generate(piece, **k))[1]
+    chunks = e.synthesize(text, "pt", voice=_ref(0))
+    first = next(chunks)
+    assert asked == [pieces[0]]       # the first audio left when only the first piece was made
+    assert len(first) <= (e.max_patches(pieces[0]) * e.patch_s + 0.01) * e.sample_rate
+    list(chunks)
+    assert asked == pieces
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlx_audio") is None, reason="no mlx_audio")
+def test_mlx_bfloat16_audio_comes_out_float32(tiny):
+    import mlx.core as mx
+
+    e = _engine(tiny, "mlx")
+    e.model.audio_vae.set_dtype(mx.bfloat16)    # as a model stored in bfloat16 decodes
+    out = list(e.synthesize(TEXT, "pt", voice=_ref(0)))
+    assert out and all(c.dtype == np.float32 and np.isfinite(c).all() for c in out)
+    assert max(np.abs(c).max() for c in out) > 0.01
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlx_audio") is None, reason="no mlx_audio")
+def test_mlx_cache_is_bounded_and_compiling_keeps_the_voice(tiny):
+    import mlx.core as mx
+
+    plain = _engine(tiny, "mlx", compile=False, cache_limit_mb=64)
+    assert mx.set_cache_limit(0) == 64 << 20
+    compiled = _engine(tiny, "mlx")
+    assert mx.set_cache_limit(0) == 512 << 20          # the default bound
+    assert compiled.model._compiled and not plain.model._compiled
+    a, b = _audio(plain, voice=_ref(0)), _audio(compiled, voice=_ref(0))
+    assert len(a) == len(b) and np.allclose(a, b, atol=2e-3)
+
+
+def test_a_prompts_words_and_the_text_are_two_words_apart():
+    from voxweft.actors.engines.tts.voxcpm2 import _joined
+
+    assert _joined("Good morning there.") + "Olá" == "Good morning there. Olá"
+    assert _joined("ends in a space ") == "ends in a space "
+    assert _joined("") == ""
 
 
 # --------------------------------------------------------------------------- the voice memory

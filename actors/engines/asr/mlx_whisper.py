@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from voxweft.actors.engines import models
+from voxweft.actors.engines import mlx, models
 from voxweft.actors.engines.asr import AsrEngine, cut_restart, degenerate
 from voxweft.actors.settings.base import Settings, StartupError
 from voxweft.protocol.messages import BUS_RATE
@@ -118,6 +118,7 @@ class MlxWhisperEngine(AsrEngine):
         bits: Literal[0, 4, 8] = 0        # quantize the packaged model (0: as converted)
         threads: int = Field(2, ge=1, le=64)   # BLAS threads (CPU); the actor's budget
         window_s: Literal[5, 10, 15, 30] = 5   # 30 = Whisper's native window
+        cache_limit_mb: int = Field(256, ge=0, le=65536)   # MLX's freed buffers kept for reuse
 
         @field_validator("model")
         @classmethod
@@ -207,6 +208,7 @@ class MlxWhisperEngine(AsrEngine):
             raise StartupError(f"mlx-whisper is not installed ({exc}); run `pip install -e "
                                "'.[mlx]'` (tools/install.sh does)") from None
 
+        mlx.limit_cache(self.settings.cache_limit_mb)
         dtype = self.settings.dtype
         if dtype == "auto":
             dtype = "float16" if mx.metal.is_available() else "float32"
@@ -229,6 +231,10 @@ class MlxWhisperEngine(AsrEngine):
             elif not self.blas:
                 log.warning("asr: mlx uses its reference BLAS (slow float32 matmuls); preload "
                             "OpenBLAS (LD_PRELOAD=libopenblas.so.0) for ~5x faster ASR")
+
+    def on_gpu(self) -> bool:
+        """Whether it computes on the GPU (Metal): its budget is then GPU time."""
+        return mlx.on_metal()
 
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy decoding of one utterance (16 kHz mono float32), no timestamps."""

@@ -30,6 +30,7 @@ CLAUSE_END = ".,;:!?…"
 # Closing quotes/brackets that may follow the mark ("Sim," -> 'Sim,"' still ends a clause).
 CLOSERS = "\"'”’»)]"
 MIN_WORDS = 3   # fewest words in a clause; shorter pieces are merged into a neighbour
+SHORT_WORD = 3  # a piece cut by length does not end on a word this short (it leans forward)
 MID_CLAUSE_TAIL_S = 0.04   # silence kept after a chunk cut between two words of a clause
 _DEFAULT_MAX_CHARS = 200
 
@@ -95,6 +96,50 @@ def split_clauses(text: str, max_chars: int = _DEFAULT_MAX_CHARS) -> list[str]:
     if len(merged) > 1 and len(merged[-1]) < MIN_WORDS and fits(merged[-2], merged[-1]):
         merged[-2:] = [merged[-2] + merged[-1]]
     return [" ".join(p) for p in merged]
+
+
+def _leans(word: str) -> bool:
+    """A short word without a mark: an article, a preposition, a conjunction, a pronoun."""
+    return len(word) <= SHORT_WORD and word.isalpha()
+
+
+def growing_chunks(text: str, first_chars: int, growth: float, max_chars: int,
+                   eager: bool = True) -> list[str]:
+    """The pieces to synthesize one after the other: a short first piece, then growing ones.
+
+    For an engine whose first audio waits for a whole piece: the first piece ends at its
+    first clause mark or at `first_chars` (never before two words, so "Olá," may be all of
+    it); each later piece (three words or more, ending at a clause mark where one comes) may
+    be `growth` times longer than the one before, up to `max_chars`, so it is ready about when
+    the one before has played. A piece cut by length gives its trailing short words ("de",
+    "the") to the next one. A tail of fewer than three words joins the piece before it.
+    Not `eager`: pieces of up to `max_chars` from the first on.
+    """
+    chunks: list[str] = []
+    budget = float(first_chars if eager else max_chars)
+    for clause in split_clauses(text, max_chars):
+        words = clause.split()
+        while words:
+            first = eager and not chunks
+            least = 2 if first else MIN_WORDS   # fewest words before a cut
+            take: list[str] = []
+            while words:
+                if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
+                    # cut by length: not after a short word ("de", "the", "ao"), which
+                    # mostly leans on the next one; a phrase ends before it
+                    while len(take) > least and _leans(take[-1]):
+                        words.insert(0, take.pop())
+                    break
+                take.append(words.pop(0))
+                if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and \
+                        (first or len(take) >= least):
+                    break   # a natural break
+            if chunks and 0 < len(words) < MIN_WORDS and \
+                    len(" ".join(take + words)) <= max_chars:
+                take, words = take + words, []
+            chunks.append(" ".join(take))
+            budget = min(max_chars, max(budget, len(chunks[-1])) * growth)
+    return chunks
 
 
 def trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: float = 0.12,

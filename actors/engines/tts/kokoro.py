@@ -17,11 +17,11 @@ from voxweft.actors.engines.tts import (
     CLAUSE_END,
     CLOSERS,
     MID_CLAUSE_TAIL_S,
-    MIN_WORDS,
     Reference,
     TtsEngine,
     cpu_has_vnni,
     espeak_path,
+    growing_chunks,
     log,
     release_freed_memory,
     run_espeak,
@@ -294,38 +294,14 @@ class KokoroEngine(TtsEngine):
         return self._clauses(text, lang, speed, eager)
 
     def plan(self, text: str, eager: bool = True) -> list[str]:
-        """The chunks to synthesize: a short first chunk, then chunks that grow.
+        """A short first chunk, then chunks that grow (`growing_chunks`).
 
         Kokoro's cost is about 0.6-0.8 s per second of audio it makes (2 cores), so the first
-        audio waits for the whole first chunk: it is cut short, after its first clause mark
-        or at `first_chunk_chars` (but not before two words). Each later chunk (three words or
-        more, ending at a clause mark where one comes) may be `chunk_growth` times longer than
-        the one before, up to `max_clause_chars`, so it is ready about when the one before
-        has played. A tail of fewer than three words joins the chunk before it. Not `eager`:
-        chunks of up to `max_clause_chars` from the first on.
+        audio waits for the whole first chunk; each later one is ready about when the one
+        before has played.
         """
-        chunks: list[str] = []
-        budget = float(self.first_chunk_chars if eager else self.max_clause_chars)
-        for clause in split_clauses(text, self.max_clause_chars):
-            words = clause.split()
-            while words:
-                first = eager and not chunks
-                least = 2 if first else MIN_WORDS   # fewest words before a cut
-                take: list[str] = []
-                while words:
-                    if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
-                        break
-                    take.append(words.pop(0))
-                    if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and \
-                            (first or len(take) >= least):
-                        break   # a natural break: "Olá," or "E," may be the whole first chunk
-                if chunks and 0 < len(words) < MIN_WORDS and \
-                        len(" ".join(take + words)) <= self.max_clause_chars:
-                    take, words = take + words, []
-                chunks.append(" ".join(take))
-                budget = min(self.max_clause_chars,
-                             max(budget, len(chunks[-1])) * self.chunk_growth)
-        return chunks
+        return growing_chunks(text, self.first_chunk_chars, self.chunk_growth,
+                              self.max_clause_chars, eager)
 
     def _clauses(self, text: str, lang: str, speed: float = 1.0,
                  eager: bool = True) -> Iterator[np.ndarray]:

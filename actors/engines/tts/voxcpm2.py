@@ -6,7 +6,12 @@ Two backends run the same weights' architecture:
   one latent patch (160 ms at 48 kHz with the real weights) per step and its causal VAE
   decodes each as it comes, so the first audio leaves after the first patches.
 - ``mlx``: `mlx-audio`'s port (Apple Silicon; 4-bit weights). Its 0.6.2 `generate` returns
-  a clause's audio in one piece at the end, so this backend streams clause by clause.
+  a piece's audio whole at its end, so the first audio waits for the whole first piece:
+  the text is cut into a short first piece (its first clause, or a few words:
+  `first_chunk_chars`), then pieces that grow (`chunk_growth`, up to `max_clause_chars`),
+  each ready about when the one before has played. The reference voice is VAE-encoded once
+  (per `Reference.key`: once per utterance at most) and handed to every piece; MLX's cache of
+  freed buffers is bounded (`cache_limit_mb`); `compile` runs mlx-audio's `compile_model`.
 
 The voice (`voice` setting): ``speaker`` takes the speaker's own recent speech (the tts
 actor hands a `Reference`, see actors.voice); ``file:PATH`` a fixed recording (16 kHz or
@@ -39,8 +44,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from voxweft.actors.engines import models
-from voxweft.actors.engines.tts import Reference, TtsEngine, log
+from voxweft.actors.engines import mlx, models
+from voxweft.actors.engines.tts import (
+    Reference,
+    TtsEngine,
+    growing_chunks,
+    log,
+    split_clauses,
+)
 from voxweft.actors.engines.tts.stretch import time_stretch
 from voxweft.actors.settings.base import StartupError
 
@@ -122,6 +133,13 @@ class VoxCpm2Engine(TtsEngine):
         cfg_value: float = Field(2.0, ge=1.0, le=10.0)
         temperature: float = 1.0
         warmup_patches: int = Field(0, ge=0, le=8)             # mlx only; measured: keep 0
+        # mlx only: the first piece (at most this long, at least two words; it ends sooner at
+        # a clause mark), then pieces up to `chunk_growth` times longer, to `max_clause_chars`
+        first_chunk_chars: int = Field(24, ge=1, le=500)
+        chunk_growth: float = Field(2.0, ge=1.0, le=4.0)
+        max_clause_chars: int = Field(200, ge=20, le=500)
+        cache_limit_mb: int = Field(512, ge=0, le=65536)      # mlx only: freed buffers kept
+        compile: bool = True       # mlx only: mx.compile the DiT, LM and encoder layers
         #: A clause's audio is bounded: at most this many seconds per character, plus 1 s.
         max_s_per_char: float = Field(0.25, ge=0.05, le=2.0)
         seed: int | None = Field(None, ge=0)   # the same seed, text and voice: the same audio
@@ -173,6 +191,7 @@ class VoxCpm2Engine(TtsEngine):
         self.model = None
         self.patch_s = 0.16               # seconds of audio per generated patch (load())
         self._features: dict[tuple[str, str], Any] = {}   # (key, mode) -> encoded voice
+        self.encoded = 0                  # voices VAE-encoded so far (once per reference)
         self._file_voice: Reference | None = None
 
     def languages(self) -> frozenset[str]:
@@ -182,6 +201,22 @@ class VoxCpm2Engine(TtsEngine):
     def wants_voice(self) -> bool:
         """Whether it speaks in the speaker's voice (`voice = "speaker"`)."""
         return self.settings.voice == "speaker"
+
+    def plan(self, text: str, eager: bool = True) -> list[str]:
+        """mlx: a short first piece, then growing ones; torch (it streams patches): clauses."""
+        s = self.settings
+        if self.backend == "torch":
+            return split_clauses(text, s.max_clause_chars)
+        return growing_chunks(text, s.first_chunk_chars, s.chunk_growth, s.max_clause_chars,
+                              eager)
+
+    def on_gpu(self) -> bool:
+        """Whether it computes on a GPU (Metal, MPS or CUDA): its budget is GPU time."""
+        if self.backend == "mlx":
+            return mlx.on_metal()
+        device = getattr(self.model, "device", "cpu") if self.model is not None else \
+            self.settings.device
+        return str(device).split(":")[0] in ("mps", "cuda")
 
     # ------------------------------------------------------------------ loading
 
@@ -235,8 +270,15 @@ class VoxCpm2Engine(TtsEngine):
             from mlx_audio.tts.utils import load
         except ImportError as exc:
             raise StartupError(f"{_INSTALL['mlx']} ({exc})") from None
+        mlx.limit_cache(self.settings.cache_limit_mb)
         self.model = load(self.folder)   # a Path: never the hub
         self._mx = mx
+        # mlx-audio encodes the voice it is given at every call; give it ours, encoded once
+        encode_wav = self.model._encode_wav
+        self.model._encode_wav = lambda audio, *a, **k: (
+            audio.feat if isinstance(audio, _Encoded) else encode_wav(audio, *a, **k))
+        if self.settings.compile:
+            self.model.compile_model()
         vae = self.model.audio_vae
         self.sample_rate = int(self.model.sample_rate)
         self.patch_s = self.model.patch_size * vae.chunk_size / self.model._encode_sample_rate
@@ -258,32 +300,63 @@ class VoxCpm2Engine(TtsEngine):
         import soxr
         return soxr.resample(np.asarray(ref.pcm, np.float32), ref.sample_rate, rate)
 
-    def _torch_cache(self, ref: Reference | None) -> dict | None:
-        """The torch model's prompt cache for `ref` (its VAE features), kept by key.
+    def _features_of(self, ref: Reference, encode) -> Any:
+        """`ref`'s VAE features, encoded by `encode(audio at the encoder's rate, mode)` once.
 
-        A reference with its words is a prompt (continued); without, a reference (timbre).
+        Kept by (key, mode), one voice at a time (the newest): every piece of an utterance,
+        and every utterance until the speaker's voice is heard anew, reuses them.
         """
-        if ref is None:
-            return None
         mode = "prompt" if ref.text else "reference"
         key = (ref.key, mode)
         if key not in self._features:
-            torch, model = self._torch, self.model
-            audio = torch.from_numpy(self._at(ref, model.audio_vae.sample_rate))[None]
+            model = self.model
             patch = model.patch_size * model.audio_vae.chunk_size
-            pad = -audio.shape[1] % patch
+            audio = self._at(ref, model._encode_sample_rate)
+            pad = -len(audio) % patch
             # reference: padded at the end; prompt: at the start (it is continued)
-            audio = torch.nn.functional.pad(audio, (0, pad) if mode == "reference" else (pad, 0))
+            audio = np.pad(audio, (0, pad) if mode == "reference" else (pad, 0))
+            self._features.clear()
+            self._features[key] = encode(audio, mode)
+            self.encoded += 1
+        return self._features[(ref.key, mode)]
+
+    def _torch_cache(self, ref: Reference | None) -> dict | None:
+        """The torch model's prompt cache for `ref`: a reference, or a prompt with its words."""
+        if ref is None:
+            return None
+        torch, model = self._torch, self.model
+        vae = model.audio_vae
+
+        def encode(audio: np.ndarray, mode: str) -> dict:
             with torch.inference_mode():
-                feat = model.audio_vae.encode(audio.to(model.device),
-                                              model.audio_vae.sample_rate).cpu()
-            feat = feat.view(model.audio_vae.latent_dim, -1, model.patch_size).permute(1, 2, 0)
-            self._features.clear()   # one voice at a time: the newest
-            self._features[key] = ({"ref_audio_feat": feat, "mode": "reference"}
-                                   if mode == "reference" else
-                                   {"prompt_text": ref.text, "audio_feat": feat,
-                                    "mode": "continuation"})
-        return self._features[key]
+                feat = vae.encode(torch.from_numpy(audio)[None].to(model.device),
+                                  vae.sample_rate).cpu()
+            feat = feat.view(vae.latent_dim, -1, model.patch_size).permute(1, 2, 0)
+            if mode == "reference":
+                return {"ref_audio_feat": feat, "mode": "reference"}
+            return {"prompt_text": _joined(ref.text), "audio_feat": feat,
+                    "mode": "continuation"}
+
+        return self._features_of(ref, encode)
+
+    def _mlx_voice(self, ref: Reference | None) -> dict[str, Any]:
+        """mlx-audio `generate` arguments for `ref`, its features encoded once (`_Encoded`)."""
+        if ref is None:
+            return {}
+        mx, model = self._mx, self.model
+
+        def encode(audio: np.ndarray, _mode: str) -> _Encoded:
+            feat = model.audio_vae.encode(mx.array(audio)[None, None, :],
+                                          model._encode_sample_rate).squeeze(0)
+            count = feat.shape[0] // model.patch_size
+            feat = feat[:count * model.patch_size].reshape(count, model.patch_size, -1)
+            mx.eval(feat)
+            return _Encoded(feat)
+
+        feat = self._features_of(ref, encode)
+        if ref.text:   # a prompt: its words are continued
+            return {"prompt_audio": feat, "prompt_text": _joined(ref.text)}
+        return {"ref_audio": feat}
 
     # ------------------------------------------------------------------ speaking
 
@@ -340,22 +413,27 @@ class VoxCpm2Engine(TtsEngine):
 
     def _mlx_clause(self, clause: str, ref: Reference | None) -> Iterator[np.ndarray]:
         s = self.settings
-        kwargs: dict[str, Any] = {}
-        if ref is not None:
-            audio = self._at(ref, self.sample_rate)   # mlx-audio takes arrays at 48 kHz
-            if ref.text:   # a prompt: its words are continued
-                kwargs.update(prompt_audio=audio, prompt_text=ref.text)
-            else:
-                kwargs.update(ref_audio=audio)
         gen = self.model.generate(clause, max_tokens=self.max_patches(clause),
                                   inference_timesteps=s.inference_timesteps,
                                   cfg_value=s.cfg_value, warmup_patches=s.warmup_patches,
-                                  **kwargs)
+                                  **self._mlx_voice(ref))
         try:
             for result in gen:
-                yield np.asarray(result.audio, np.float32)
+                yield mlx.float32(result.audio)   # bfloat16 weights give bfloat16 audio
         finally:
             gen.close()
+
+
+class _Encoded:
+    """A voice's VAE features, encoded once, passed through mlx-audio's `generate`."""
+
+    def __init__(self, feat: Any) -> None:
+        self.feat = feat
+
+
+def _joined(prompt_text: str) -> str:
+    """A prompt's words, to which both backends append the text with no space between."""
+    return prompt_text if not prompt_text or prompt_text[-1].isspace() else prompt_text + " "
 
 
 def _faded(chunks: Iterator[np.ndarray], fade: int) -> Iterator[np.ndarray]:
