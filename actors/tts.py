@@ -111,20 +111,7 @@ class TtsActor(Actor):
 
     def warmup(self) -> None:
         """Synthesize one short clause (lazy setup), then the budget: a typical sentence."""
-        lang = self.config.tgt_lang
-        for _ in self.engine.synthesize("Olá." if lang == "pt" else "Hello.", lang):
-            pass
-        made = []
-        measured = budget.measure(
-            lambda: (made.append(len(pcm)) for pcm in self.engine.synthesize(
-                budget.SPOKEN.get(lang, budget.SPOKEN["en"]), lang)),
-            lambda: sum(made) / self.engine.sample_rate)
-        # Per second of the English it translates: a voice that says it in less time costs
-        # less per second of the speaker's speech, whatever it costs per second of its own.
-        expansion = sum(made) / self.engine.sample_rate / budget.SPOKEN_SOURCE_S
-        self.budget = budget.with_variants({
-            **measured, "expansion": round(expansion, 3),
-            "source_cpu": round(measured["cpu"] * expansion, 3)}, self.engine)
+        self.budget = budget.warm_tts(self.engine, self.config.tgt_lang)
 
     def voice(self, msg: Translation):
         """The speaker's voice for `msg` (None: the engine's own, or not enough heard yet)."""

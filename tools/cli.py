@@ -10,6 +10,7 @@ from pathlib import Path
 
 from voxweft.actors import budget
 from voxweft.actors.clock import offsets as clock_offsets
+from voxweft.actors.engines import memory_check
 from voxweft.deploy import topology as topo_mod
 from voxweft.deploy.events import DOWN, describe, supervision
 from voxweft.deploy.supervisor import (
@@ -69,6 +70,10 @@ def cmd_up(args) -> int:
         curve = topology.curve(host)
     except ValueError as exc:
         return _die(f"up: {exc}")
+    fits, line = memory_check(topology, host)   # before anything loads
+    if not fits:
+        return _die(f"up: {line}")
+    print(f"voxweft: {line}")
     captions = _captions_program(args)
     sup = Supervisor(run_dir)
     sup.write(topology, host, captions)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from voxweft.actors import budget
+from voxweft.actors.engines import memory_check
 from voxweft.deploy.events import Board, exit_words
 from voxweft.deploy.supervisor import (
     CaptionsProgram,
@@ -266,6 +267,10 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     Returns (exit code, reason): 0 when the collector finished. `captions`: the captions
     page is served meanwhile (supervised beside the actors).
     """
+    fits, line = memory_check(topology, "_interpret", "here")   # before anything loads
+    print(f"voxweft: {line}", flush=True)
+    if not fits:
+        return 1, line
     # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
     original = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     original[signal.SIGINT] = signal.getsignal(signal.SIGINT)

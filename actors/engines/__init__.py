@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Iterable
 from typing import Any
 
+from voxweft.actors import budget
 from voxweft.actors.settings.actors import EngineConfig
 from voxweft.actors.settings.manifest import CANDIDATES, ENGINES, STAGES, names
 from voxweft.actors.settings.topology import TopologyError
@@ -176,3 +177,27 @@ def check_engine(name: str, config: EngineConfig, where: str, here: bool = True)
             msg += f"; {exc}"
         raise TopologyError(msg)
     return engine
+
+
+# --- what the topology's engines need of this host, before anything loads ----------------
+
+def memory_needs(topology, host: str) -> dict[str, int]:
+    """MB each engine actor placed on `host` needs once loaded (with its backlog engine)."""
+    needs = {}
+    for stage in STAGES:
+        config = topology.actors[stage]
+        if config.host != host:
+            continue
+        mb = build(stage, config.engine, config.engine_settings()).memory_mb()
+        backlog = getattr(config, "backlog_engine", "")
+        if backlog:
+            mb += build(stage, backlog, config.backlog_settings).memory_mb()
+        needs[stage] = mb
+    return needs
+
+
+def memory_check(topology, host: str, label: str = "") -> tuple[bool, str]:
+    """(fits, one line): the memory `host`'s actors need against this machine's (budget)."""
+    total, available = budget.host_memory_mb()
+    return budget.memory_verdict(topology, host, memory_needs(topology, host), total,
+                                 available, label)

@@ -49,6 +49,8 @@ class CatalogueEntry:
     revision: str | None   # a full commit hash; None = not known yet: `fetch` refuses
     files: tuple[ModelFile, ...]
     about: str = ""
+    #: Bytes of all its files as published, where a file's exact size is not pinned yet.
+    approx_size: int | None = None
 
     def unknown_pins(self) -> list[str]:
         """What is not pinned yet, so that `fetch` cannot check it: a revision or a sha256.
@@ -160,7 +162,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                       "25bddc99a7cc6d28214f12dd676ed0afa9b0a805d6477f85c275bb113cb8acee"),
             *_VOXCPM2_TOKENIZER, _VOXCPM2_MLX_TOKENIZER_CONFIG,
         ),
-        about="VoxCPM2 2B, MLX 4-bit, 2.3 GB (Apple Silicon; Apache-2.0; backend mlx)"),
+        about="VoxCPM2 2B, MLX 4-bit, 2.3 GB (Apple Silicon; Apache-2.0; backend mlx)",
+        approx_size=2_300_000_000),
     CatalogueEntry(
         name="voxcpm2-mlx-8bit", stage="tts", engine="voxcpm2",
         repo="mlx-community/VoxCPM2-8bit",
@@ -211,6 +214,7 @@ class EntryTable(Settings):
     revision: str | None = None
     files: list[FileTable]
     about: str = ""
+    approx_size: int | None = Field(None, ge=0)   # bytes as published, while sizes are unpinned
 
     @field_validator("name")
     @classmethod
@@ -238,7 +242,7 @@ class EntryTable(Settings):
         """The catalogue entry."""
         return CatalogueEntry(
             name=self.name, stage=self.stage, engine=self.engine, repo=self.repo,
-            revision=self.revision, about=self.about,
+            revision=self.revision, about=self.about, approx_size=self.approx_size,
             files=tuple(ModelFile(f.path, f.size, f.sha256) for f in self.files))
 
 
@@ -300,6 +304,22 @@ def resolve(setting: str) -> Path | None:
     if setting and Path(setting).expanduser().is_dir():
         return Path(setting).expanduser()
     return find(setting) if setting else None
+
+
+def weights_bytes(setting: str) -> int | None:
+    """Bytes of the model a setting names; None when unknown.
+
+    Its folder's files when it is there, else the catalogue's size (exact, or as published).
+    """
+    folder = resolve(setting)
+    if folder is not None and folder.is_dir():
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        if size:
+            return size
+    entry = catalogue().get(setting) or (catalogue().get(folder.name) if folder else None)
+    if entry is None:
+        return None
+    return entry.size() or entry.approx_size
 
 
 def not_fetched(folder: Path) -> str:

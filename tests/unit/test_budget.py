@@ -105,3 +105,64 @@ def test_other_work_is_measured_apart_from_the_pipeline():
     # one spinning process is up to a core of other work (less when the machine is busier),
     # and not counted when it is the pipeline's own
     assert other >= 0.3 and ours <= other - 0.2
+
+
+# -- a GPU engine's time, and memory before anything loads ---------------------------------
+
+def test_gpu_engines_add_their_wall_time_on_the_hosts_gpu():
+    topo = _topo()
+    cpu = {"asr": {"cpu": 0.1, "cores": 8.0}, "mt": {"cpu": 0.05, "cores": 8.0},
+           "tts": {"cpu": 0.1, "cores": 8.0}}
+    # asr 0.2 s per s on the GPU, tts 0.5 s per s of its own speech x 1.2 = 0.6: 0.8 <= 0.9
+    fine = {**cpu, "asr": {**cpu["asr"], "gpu": 0.2},
+            "tts": {**cpu["tts"], "gpu": 0.5, "expansion": 1.2}}
+    ok, lines = budget.verdict(topo, fine)
+    assert ok and lines[1] == ("GPU on local: continuous speech needs asr 0.20 + tts 0.60 = "
+                               "0.80 s per s of speech: keeps up")
+    slow = {**fine, "tts": {**fine["tts"], "gpu": 1.5}}          # 0.2 + 1.8 = 2.0
+    ok, lines = budget.verdict(topo, slow)
+    assert not ok and lines[0].endswith("keeps up")              # the cores are fine
+    assert "GPU on local" in lines[1] and "does NOT keep up" in lines[1]
+    assert "tts (kokoro) is the heaviest" in lines[1]
+    raw = copy.deepcopy(topo.raw)
+    raw["actors"]["tts"].update(engine="voxcpm2", settings={"backend": "mlx"})
+    ok, lines = budget.verdict(parse(raw), slow)
+    assert not ok and "tts (voxcpm2) is the heaviest: settings.inference_timesteps = 6" in \
+        lines[1] and "voxcpm2-mlx-4bit" in lines[1] and "deploy/two-macs.toml" in lines[1]
+    assert budget.verdict(topo, cpu)[1][1:] == []               # no GPU engine: no GPU line
+
+
+def test_memory_verdict_fits_warns_or_refuses_with_what_to_do():
+    topo = _topo()
+    needs = {"asr": 2220, "mt": 880, "tts": 3812}               # the Mac topology's figures
+    ok, line = budget.memory_verdict(topo, "local", needs, 16000, 12000)
+    assert ok and line == ("memory on local: asr 2.2 + mt 0.9 + tts 3.8 + others 0.3 = 7.2 GB "
+                           "of 16.0 GB (12.0 GB free now): fits")
+    ok, line = budget.memory_verdict(topo, "local", needs, 16000, 5000)
+    assert ok and "fits, but only 5.0 GB is free now: close other programs" in line
+    ok, line = budget.memory_verdict(topo, "local", needs, 8000, 6000)   # an 8 GB Mac
+    assert not ok and "7.2 GB of 8.0 GB: does NOT fit (the system keeps ~2.0 GB)" in line
+    assert "tts (kokoro) needs the most" in line
+    assert budget.memory_verdict(topo, "local", needs, 8000, 6000, "here")[1].startswith(
+        "memory here: ")
+    two = _topo(tts="ultra", mt="ultra")                         # the Ultra's share only
+    ok, line = budget.memory_verdict(two, "ultra", {"mt": 880, "tts": 3812}, 64000, 60000)
+    assert ok and "mt 0.9 + tts 3.8 + others 0.0 = 4.7 GB" in line
+
+
+def test_the_mac_topology_needs_what_its_models_take():
+    from voxweft.actors.engines import memory_needs
+
+    mac = load("deploy/mac.toml")
+    needs = memory_needs(mac, "local")
+    # Whisper large-v3-turbo 1.6 GB, NLLB 600M int8 0.63 GB, VoxCPM2 4-bit 2.3 GB: from the
+    # catalogue, nothing fetched; with the runtimes and the MLX caches ~7 GB in all
+    assert 2000 <= needs["asr"] <= 2600 and 800 <= needs["mt"] <= 1000
+    assert 3300 <= needs["tts"] <= 4200
+    assert 6500 <= sum(needs.values()) + sum(budget.OTHERS_MB.values()) <= 7500
+    ok, line = budget.memory_verdict(mac, "local", needs, 8000, 7000)
+    assert not ok and "deploy/two-macs.toml" in line             # 8 GB: not this topology
+    raw = copy.deepcopy(mac.raw)
+    raw["actors"]["tts"]["settings"].update(backend="torch", model="voxcpm2")
+    torch_needs = memory_needs(parse(raw), "local")["tts"]
+    assert torch_needs >= 10000          # float32 on MPS: twice its 5 GB of bfloat16 files

@@ -11,11 +11,15 @@ from typing import ClassVar
 
 import numpy as np
 
+from voxweft.actors.engines.resources import Resources
 
-class AsrEngine(abc.ABC):
+
+class AsrEngine(Resources, abc.ABC):
     """Speech -> text for one process; the model is built once by load()."""
 
     name: ClassVar[str] = ""
+    #: Resident memory once loaded (MB; measured RSS of its actor on Linux, see Resources).
+    MEMORY_MB: ClassVar[int] = 600
 
     @abc.abstractmethod
     def languages(self) -> frozenset[str]:

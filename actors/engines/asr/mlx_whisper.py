@@ -38,6 +38,7 @@ from pydantic import Field, field_validator
 
 from voxweft.actors.engines import mlx, models
 from voxweft.actors.engines.asr import AsrEngine, cut_restart, degenerate
+from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import Settings, StartupError
 from voxweft.protocol.messages import BUS_RATE
 
@@ -231,6 +232,11 @@ class MlxWhisperEngine(AsrEngine):
             elif not self.blas:
                 log.warning("asr: mlx uses its reference BLAS (slow float32 matmuls); preload "
                             "OpenBLAS (LD_PRELOAD=libopenblas.so.0) for ~5x faster ASR")
+
+    def memory_mb(self) -> int:
+        """MLX and the actor (~350 MB), the weights, and the cache of freed buffers."""
+        return 350 + weights_mb(models.weights_bytes(str(self.settings.model)), 300) + \
+            int(self.settings.cache_limit_mb)
 
     def on_gpu(self) -> bool:
         """Whether it computes on the GPU (Metal): its budget is then GPU time."""

@@ -8,11 +8,15 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
+from voxweft.actors.engines.resources import Resources
 
-class MtEngine(abc.ABC):
+
+class MtEngine(Resources, abc.ABC):
     """Text -> text for one process; every direction it offers is built by load()."""
 
     name: ClassVar[str] = ""
+    #: Resident memory once loaded (MB; measured RSS of its actor on Linux, see Resources).
+    MEMORY_MB: ClassVar[int] = 250
 
     @abc.abstractmethod
     def pairs(self) -> frozenset[tuple[str, str]]:

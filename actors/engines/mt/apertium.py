@@ -52,6 +52,7 @@ class ApertiumEngine(MtEngine):
     """
 
     name = "apertium"
+    MEMORY_MB = 150   # the actor and one apertium pipeline per direction
     # (source, target) -> mode names, newest naming first (Debian 12 ships eng-spa, fr-es).
     MODES: ClassVar[dict[tuple[str, str], tuple[str, ...]]] = {
         ("en", "es"): ("eng-spa", "en-es"), ("es", "en"): ("spa-eng", "es-en"),

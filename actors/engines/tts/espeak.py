@@ -23,6 +23,7 @@ class EspeakEngine(TtsEngine):
     """Formant synthesis with the Debian ``espeak-ng`` program, one subprocess per clause."""
 
     name: ClassVar[str] = "espeak"
+    MEMORY_MB = 100   # the actor; espeak-ng runs as a short-lived child
     DEFAULT_VOICES: ClassVar[dict[str, str]] = {
         "en": "en-us", "pt": "pt-br", "es": "es", "fr": "fr", "de": "de", "it": "it",
     }

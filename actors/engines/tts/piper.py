@@ -28,6 +28,7 @@ class PiperEngine(TtsEngine):
     """
 
     name: ClassVar[str] = "piper"
+    MEMORY_MB = 250   # the 63 MB voice, onnxruntime and the actor
 
     class Settings(TtsEngine.Settings):
         """Rate (piper's length_scale is its inverse) and clause length (threads: intra-op)."""

@@ -45,6 +45,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from voxweft.actors.engines import mlx, models
+from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.engines.tts import (
     Reference,
     TtsEngine,
@@ -209,6 +210,20 @@ class VoxCpm2Engine(TtsEngine):
             return split_clauses(text, s.max_clause_chars)
         return growing_chunks(text, s.first_chunk_chars, s.chunk_growth, s.max_clause_chars,
                               eager)
+
+    def memory_mb(self) -> int:
+        """Resident memory once loaded, in MB.
+
+        mlx: the runtime, tokenizer and actor (~600 MB), the weights as stored (4-bit: 2.3 GB),
+        ~400 MB of KV cache and activations, and the cache of freed buffers. torch: the
+        weights are bfloat16 files (5 GB), but voxcpm computes in float32 on MPS and the CPU
+        (its weights twice their file size, ~10 GB, and more while loading), bfloat16 on CUDA.
+        """
+        size = weights_mb(models.weights_bytes(
+            self.settings.model or DEFAULT_MODEL[self.backend]), 5000)
+        if self.backend == "mlx":
+            return 600 + size + 400 + int(self.settings.cache_limit_mb)
+        return 800 + size * (1 if self.settings.device == "cuda" else 2)
 
     def on_gpu(self) -> bool:
         """Whether it computes on a GPU (Metal, MPS or CUDA): its budget is GPU time."""
