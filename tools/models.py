@@ -29,6 +29,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from voxweft.actors.engines import memory_check
 from voxweft.actors.engines.models import (
     MODELS_ENV,
     CatalogueEntry,
@@ -120,6 +121,7 @@ class TopologyNeeds:
     path: Path
     needs: list[Need] = field(default_factory=list)
     error: str = ""
+    memory: list[str] = field(default_factory=list)   # per host: what it needs, and fits?
 
 
 # The model an engine loads when its settings name none (the faster-whisper default).
@@ -134,9 +136,11 @@ def topology_needs(path: Path) -> TopologyNeeds:
     """
     result = TopologyNeeds(path)
     try:
+        topology = topo_mod.load(path)
         actors = {n: (c.engine, dict(c.settings), getattr(c, "backlog_engine", ""),
                       dict(getattr(c, "backlog_settings", {}) or {}))
-                  for n, c in topo_mod.load(path).actors.items() if getattr(c, "engine", "")}
+                  for n, c in topology.actors.items() if getattr(c, "engine", "")}
+        result.memory = [memory_check(topology, host)[1] for host in topology.hosts_in_use()]
         segmenter = True
     except topo_mod.TopologyError as exc:
         result.error = str(exc)
@@ -233,7 +237,8 @@ def inventory(topologies: list[Path] | None = None, verify: bool = False,
     for entry in entries.values():
         status, detail = catalogue_state(entry, verify)
         rows[("catalogue", entry.name)] = Row(
-            entry.name, "catalogue", entry.stage, entry.engine, status, entry.size(),
+            entry.name, "catalogue", entry.stage, entry.engine, status,
+            entry.size() or entry.approx_size,
             [str(install_dir(entry))], "" if status in ("present", "verified") else
             f"voxweft models fetch {entry.name}", detail=detail or entry.about)
     for tn in read:
@@ -288,7 +293,8 @@ def cmd_list(topologies: list[str] | None = None, as_json: bool = False,
         print(json.dumps({"models_root": str(models_root()),
                           "models": [dataclasses.asdict(r) for r in rows],
                           "topologies": [{"path": str(t.path), "error": t.error,
-                                          "needs": [dataclasses.asdict(n) for n in t.needs]}
+                                          "needs": [dataclasses.asdict(n) for n in t.needs],
+                                          "memory": t.memory}
                                          for t in read]}, indent=2))
         return 0
     print(f"{'model':<27} {'kind':<9} {'stage engine':<22} {'status':<8} {'size':>8}  "
@@ -308,6 +314,8 @@ def cmd_list(topologies: list[str] | None = None, as_json: bool = False,
     for t in read:
         if t.error:
             print(f"{t.path.name}: does not load here: {t.error}")
+        for line in t.memory:   # what its actors need once loaded, against this machine
+            print(f"{t.path.name}: {line}")
     return 0
 
 

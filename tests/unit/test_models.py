@@ -166,6 +166,14 @@ def test_cli_models_json(home, capsys):
     assert {Path(t["path"]).name for t in out["topologies"]} >= {"default.toml",
                                                                 "two-hosts.toml"}
     assert out["models_root"] == str(home / "models")
+    # the voice's published size while its files' sizes are unpinned; memory per host
+    assert next(m for m in out["models"] if m["name"] == "voxcpm2-mlx-4bit")["size"] == \
+        2_300_000_000
+    memory = {Path(t["path"]).name: t["memory"] for t in out["topologies"]}
+    assert memory["mac.toml"][0].startswith("memory on local: asr 2.2 + mt 0.9 + tts 3.8 + ")
+    assert [line.split(":")[0] for line in memory["two-macs.toml"]] == ["memory on m2",
+                                                                        "memory on ultra"]
+    assert "asr 2.2" in memory["two-macs.toml"][0] and "tts 3.8" in memory["two-macs.toml"][1]
 
 
 def test_convert_whisper_with_a_bad_source_is_one_line(home, capsys):
