@@ -412,6 +412,13 @@ def cmd_models(args) -> int:
     return models.cmd_list(args.topology, as_json=args.json, verify=args.verify)
 
 
+def cmd_doctor(args) -> int:
+    """What this machine is and has, and whether each topology fits it."""
+    from voxweft.tools import doctor
+
+    return doctor.cmd_doctor(args.measure, args.json, args.topology)
+
+
 def cmd_voicecheck(args) -> int:
     """Compare VoxCPM2's voice modes on a corpus: likeness to the speaker, language kept."""
     from voxweft.tools import voicecheck
@@ -600,6 +607,15 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--bits", type=int, choices=(4, 8),
                     help="quantize the weights to 4 or 8 bits (needs mlx)")
     sp.set_defaults(fn=cmd_models)
+
+    sp = sub.add_parser("doctor", help="this machine, its engines and models, and whether "
+                                       "each topology fits it: run it first on a new machine")
+    sp.add_argument("--measure", action="store_true",
+                    help="also time each engine here (loads each model once; minutes)")
+    sp.add_argument("--topology", action="append",
+                    help="also this topology (every deploy/*.toml is always read)")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(fn=cmd_doctor)
     return p
 
 

