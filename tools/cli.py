@@ -264,10 +264,15 @@ def cmd_bench(args) -> int:
             if args.continuous:   # a speaker who does not stop: short pauses, minutes long
                 pause_s, soak = bench.CONTINUOUS_PAUSE_S, args.continuous
             corpus = Path(args.corpus or DEFAULT_CORPUS)
-            new = bench.bench(base, corpus, out, args.src, args.tgt, args.fast,
-                              pause_s=pause_s, soak_minutes=soak, limit=args.limit,
-                              bus_seconds=args.bus_seconds, bus_frames=args.bus_frames,
-                              command=command)
+            options = {"pause_s": pause_s, "soak_minutes": soak, "bus_seconds": args.bus_seconds,
+                       "bus_frames": args.bus_frames, "command": command}
+            if args.room:
+                new = bench.bench_room(base, corpus, out, args.src, args.tgt, args.fast,
+                                       args.room_snr, args.room_talker_db, args.limit,
+                                       **options)
+            else:
+                new = bench.bench(base, corpus, out, args.src, args.tgt, args.fast,
+                                  limit=args.limit, **options)
             print(benchreport.markdown(new))
             print(f"voxweft bench: report in {out / 'report.json'} (and report.md, "
                   f"timeline.png{', soak.png' if args.soak else ''})")
@@ -277,6 +282,18 @@ def cmd_bench(args) -> int:
     except bench.BenchError as exc:
         return _die(f"voxweft bench: {exc}", exc.code)
     return 0
+
+
+def _decibels(text: str) -> tuple[float, ...]:
+    """A comma-separated list of decibels ("10,5"); argparse reports a bad one."""
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give decibels such as 10 or 10,5") \
+            from None
+    if not values or not all(-20 <= v <= 60 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each level between -20 and 60 dB")
+    return values
 
 
 def cmd_watch(args) -> int:
@@ -522,6 +539,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continuous speech: the corpus looped for this long with "
                          "0.3 s pauses, in real time (lag slope, degradation steps)")
     sp.add_argument("--limit", type=int, help="only the first N files")
+    sp.add_argument("--room", action="store_true",
+                    help="the corpus as a room makes it: noise, a second talker, no speech; "
+                         "WER, intrusions, made-up lines and latency per condition")
+    sp.add_argument("--room-snr", type=_decibels, default=(10.0,), metavar="DB[,DB...]",
+                    help="--room: noise SNRs in dB (default 10)")
+    sp.add_argument("--room-talker-db", type=_decibels, default=(10.0,), metavar="DB[,DB...]",
+                    help="--room: the second talker's level below the speaker, dB (default 10)")
     sp.add_argument("--bus-seconds", type=float, default=10.0,
                     help="real-time bus measurement length (0 skips the bus measurement)")
     sp.add_argument("--bus-frames", type=int, default=20000, help="frames in the bus flood")

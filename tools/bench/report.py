@@ -308,6 +308,10 @@ def markdown(report: dict) -> str:
                               _get(soak, "rss_last_half_mb", a),
                               _get(fds, a, "first"), _get(fds, a, "last"), _get(fds, a, "max")]
                              for a in actors])
+    if isinstance(report.get("room"), dict):
+        from voxweft.tools.bench.room import markdown as room_markdown
+
+        lines += ["", *room_markdown(report["room"]).splitlines()]
     return "\n".join(lines) + "\n"
 
 

@@ -36,6 +36,7 @@ from voxweft.deploy.topology import Topology
 from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Status, VadEvent, trace_ns
 from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import report as benchreport
+from voxweft.tools.bench import room
 from voxweft.tools.captions.room import SpokenShare
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, summarize, utterance_latency
@@ -795,6 +796,21 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
                    "engines": _engines(topology)},
         **analyse(collected, placed, duration_s, floor, bus, fast, soak_minutes, topology),
     }
+    write(report, out)
+    return report
+
+
+def bench_room(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: bool,
+               snrs=room.DEFAULT_SNRS, talker_dbs=room.DEFAULT_TALKER_DB,
+               limit: int | None = None, **options) -> dict:
+    """The bench on the corpus as a room makes it (`room`): its report with `room` added."""
+    items = corpus_items(corpus, tgt, limit)
+    print(f"voxweft bench: the room: {len(items)} file(s) under noise at "
+          f"{', '.join(f'{s:g}' for s in snrs)} dB SNR, a second talker "
+          f"{', '.join(f'{d:g}' for d in talker_dbs)} dB below, and no speech", flush=True)
+    manifest = room.build(items, out / "room", room.conditions(snrs, talker_dbs))
+    report = bench(base, out / "room", out, src, tgt, fast, **options)
+    report["room"] = room.analyse(report, manifest)
     write(report, out)
     return report
 

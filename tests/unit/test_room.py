@@ -1,0 +1,112 @@
+"""The room corpus (`voxweft bench --room`): levels as asked, the talker known, read back right."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from voxweft.protocol.messages import BUS_RATE
+from voxweft.tools.bench import DEFAULT_CORPUS, room
+from voxweft.tools.bench.run import corpus_items
+
+
+def _band(x: np.ndarray, lo: float, hi: float) -> float:
+    power = np.abs(np.fft.rfft(x)) ** 2
+    f = np.fft.rfftfreq(len(x), 1 / BUS_RATE)
+    return float(power[(f >= lo) & (f < hi)].sum())
+
+
+def _db(a: float, b: float) -> float:
+    return 20 * np.log10(a / b)
+
+
+def test_noises_have_their_colour_and_unit_level():
+    rng = np.random.default_rng(0)
+    n = 10 * BUS_RATE
+    w, p, t = room.white(n, rng), room.pink(n, rng), room.tones(n, rng)
+    for x in (w, p, t):
+        assert x.dtype == np.float32 and room.rms(x) == pytest.approx(1.0, rel=1e-3)
+    # white: the same power per hertz, so an octave twice as high holds twice as much;
+    # pink: the same power per octave
+    assert _band(w, 2000, 4000) / _band(w, 1000, 2000) == pytest.approx(2.0, rel=0.1)
+    assert _band(p, 2000, 4000) / _band(p, 1000, 2000) == pytest.approx(1.0, rel=0.1)
+    # tones: a few strong partials, not a spread: 1 % of the bins hold most of the power
+    power = np.sort(np.abs(np.fft.rfft(t)) ** 2)[::-1]
+    assert power[: len(power) // 100].sum() > 0.5 * power.sum()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("room")
+    items = corpus_items(DEFAULT_CORPUS, "pt", limit=2)
+    conds = room.conditions((10.0, 5.0), (10.0,))
+    return items, out, room.build(items, out, conds)
+
+
+def test_the_room_corpus_mixes_at_the_levels_asked(built):
+    items, out, manifest = built
+    names = [c["name"] for c in manifest["conditions"]]
+    assert names == ["clean", "white 10 dB", "pink 10 dB", "babble 10 dB", "tones 10 dB",
+                     "white 5 dB", "pink 5 dB", "babble 5 dB", "tones 5 dB", "talker -10 dB",
+                     "no speech: quiet-pink -35 dBFS", "no speech: quiet-tones -35 dBFS",
+                     "no speech: silence"]
+    assert json.loads((out / "room.json").read_text()) == manifest
+    for item in items:
+        clean, _ = sf.read(str(out / f"{item.name}@clean.wav"), dtype="float32")
+        level = room.active_rms(clean)
+        for tag, below in (("pink_10_dB", 10), ("babble_5_dB", 5), ("talker_-10_dB", 10)):
+            mixed, rate = sf.read(str(out / f"{item.name}@{tag}.wav"), dtype="float32")
+            assert rate == BUS_RATE and len(mixed) == len(clean)
+            other = mixed - clean
+            measure = room.active_rms if tag.startswith("talker") else room.rms
+            # 16-bit files: within 0.2 dB of what was asked
+            assert _db(measure(other), level) == pytest.approx(-below, abs=0.2), tag
+        assert (out / f"{item.name}@pink_10_dB.txt").read_text() == item.ref_text
+    silence, _ = sf.read(str(out / "nospeech@no_speech_silence.wav"), dtype="float32")
+    quiet, _ = sf.read(str(out / "nospeech@no_speech_quiet-pink_-35_dBFS.wav"), dtype="float32")
+    assert len(silence) == room.NO_SPEECH_S * BUS_RATE and not silence.any()
+    assert _db(room.rms(quiet), 1.0) == pytest.approx(-35, abs=0.2)
+    talker = [e for e in manifest["files"].values() if e["kind"] == "talker"]
+    assert len(talker) == 2 and all(e["talker_words"] >= 5 and e["talker_lines"]
+                                    for e in talker)
+    assert talker[0]["talker_lines"] != talker[1]["talker_lines"]   # the talker goes on
+
+
+def _row(file, text, played=True, latency=1.0):
+    return {"file": file, "text": text, "played": played, "not_spoken": None,
+            "complete": True if played else None, "speech_end_to_first_audio_s": latency}
+
+
+def test_analyse_reads_wer_intrusions_made_up_lines_and_latency_per_condition():
+    manifest = {
+        "conditions": [{"kind": "clean", "name": "clean"},
+                       {"kind": "talker", "name": "talker -10 dB"},
+                       {"kind": "silence", "name": "no speech: silence"}],
+        "files": {
+            "a@clean": {"condition": "clean", "kind": "clean", "reference": "the cat sat down"},
+            "a@talker": {"condition": "talker -10 dB", "kind": "talker",
+                         "reference": "the cat sat down",
+                         "talker_lines": ["The train leaves at seven."], "talker_words": 5},
+            "nospeech@silence": {"condition": "no speech: silence", "kind": "silence",
+                                 "reference": None},
+        }}
+    rows = [_row("a@clean", "The cat sat down.", latency=1.0),
+            # "the" is the speaker's word too: only "train" and "seven" intrude, and the
+            # second line was not spoken, so its "leaves" does not count
+            _row("a@talker", "The cat sat down, the train seven.", latency=1.5),
+            _row("a@talker", "leaves", played=False),
+            _row("nospeech@silence", "Thank you.")]
+    out = room.analyse({"utterances": rows}, manifest)
+    assert out["clean"]["wer"] == 0.0 and out["clean"]["latency_cost_s"] == 0.0
+    talker = out["talker -10 dB"]
+    assert talker["intrusions"] == {"words": 2, "talker_words": 5, "share": 0.4,
+                                    "examples": ["seven", "train"]}
+    assert talker["wer"] == pytest.approx(4 / 4) and talker["latency_cost_s"] == 0.25
+    assert out["no speech: silence"]["lines"] == 1
+    assert out["no speech: silence"]["texts"] == ["Thank you."]
+    table = room.markdown(out)
+    assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | 1.25 (+0.25) |" in table
+    assert "| no speech: silence | - | - | 1 | 1.00 |" in table
