@@ -59,8 +59,10 @@ def test_the_room_corpus_mixes_at_the_levels_asked(built):
         level = room.active_rms(clean)
         for tag, below in (("pink_10_dB", 10), ("babble_5_dB", 5), ("talker_-10_dB", 10)):
             mixed, rate = sf.read(str(out / f"{item.name}@{tag}.wav"), dtype="float32")
-            assert rate == BUS_RATE and len(mixed) == len(clean)
-            other = mixed - clean
+            lead = int(room.LEAD_S * BUS_RATE)     # the room sounds before and after too
+            assert rate == BUS_RATE and len(mixed) == lead + len(clean) + room.TAIL_S * BUS_RATE
+            other = mixed.copy()
+            other[lead:lead + len(clean)] -= clean
             measure = room.active_rms if tag.startswith("talker") else room.rms
             # 16-bit files: within 0.2 dB of what was asked
             assert _db(measure(other), level) == pytest.approx(-below, abs=0.2), tag

@@ -3,13 +3,15 @@
 Every recording in the corpus is one clean reader; a room is not. `build` writes, from the
 corpus, a room corpus that the bench interprets in one session:
 
-- each clip clean, then under noise at each SNR: white, pink (1/f), babble (four other clips
-  of the corpus at once) and music-like tones (chords of sines that change every half
-  second, with attack and decay); the SNR is the speaker's active level (the 20 ms frames
-  within 30 dB of the loudest) against the noise's RMS;
-- each clip with a second talker at each level below the speaker: another voice (piper's
-  American English male voice, which the repository has) reading `TALKER_LINES`, sentences
-  of other topics than the corpus, so their words can be told apart from the speaker's;
+- each clip clean, then under noise at each SNR (the noise starts `LEAD_S` before the
+  speaker and goes on `TAIL_S` after, as a room's does in the pauses): white, pink (1/f),
+  babble (four other clips of the corpus at once) and music-like tones (chords of sines
+  that change every half second, with attack and decay); the SNR is the speaker's active
+  level (the 20 ms frames within 30 dB of the loudest) against the noise's RMS;
+- each clip with a second talker at each level below the speaker (who also talks in the
+  pause before and after the clip): another voice (piper's American English male voice,
+  which the repository has) reading `TALKER_LINES`, sentences of other topics than the
+  corpus, so their words can be told apart from the speaker's;
 - no speech at all, 10 s each: pink noise at -35 dBFS, the tones at -35 dBFS, digital
   silence.
 
@@ -37,6 +39,7 @@ DEFAULT_SNRS = (10.0,)
 DEFAULT_TALKER_DB = (10.0,)
 NOISES = ("white", "pink", "babble", "tones")
 NO_SPEECH_S = 10.0
+LEAD_S, TAIL_S = 0.5, 1.5   # the room's sound before and after the speaker's clip
 QUIET_DBFS = -35.0
 SEED = 7
 #: The second talker's sentences: other topics than the corpus's (LJ Speech: printing).
@@ -225,8 +228,9 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
     rng = np.random.default_rng(seed)
     clips = {item.name: _read(item.path) for item in items}
     talkers = sum(c.kind == "talker" for c in conds)
-    audio, spans = talker_speech(talkers * sum(len(c) for c in clips.values()) / BUS_RATE) \
-        if talkers else (np.zeros(0, np.float32), [])
+    heard_s = sum(len(c) / BUS_RATE + LEAD_S + TAIL_S for c in clips.values())
+    audio, spans = talker_speech(talkers * heard_s) if talkers else (np.zeros(0, np.float32),
+                                                                      [])
     files: dict[str, dict] = {}
     at = 0   # where the talker is: each clip hears the next part of what they say
     for cond in conds:
@@ -241,10 +245,13 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
             files[name] = {"condition": cond.name, "kind": cond.kind, "reference": None}
             continue
         for item in items:
-            speech = clips[item.name]
-            level = active_rms(speech)
+            level = active_rms(clips[item.name])
             entry = {"condition": cond.name, "kind": cond.kind, "reference": item.ref_text}
-            mixed = speech
+            speech = mixed = clips[item.name]
+            if cond.kind != "clean":   # the room sounds before and after the speaker too
+                speech = mixed = np.concatenate([np.zeros(int(LEAD_S * BUS_RATE), np.float32),
+                                                 speech,
+                                                 np.zeros(int(TAIL_S * BUS_RATE), np.float32)])
             if cond.kind in NOISES:
                 others = [c for k, c in clips.items() if k != item.name] or [speech]
                 noise = (babble(len(speech), others, rng) if cond.kind == "babble" else
