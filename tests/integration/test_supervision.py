@@ -85,6 +85,9 @@ def test_up_status_kill_each_actor_down(running):
     watcher = BusWatcher(topology)
     events = EventsWatcher(topology)
     try:
+        # the crash must not happen before the watcher is subscribed (a slow joiner under
+        # load heard only "running again")
+        wait_for(lambda: events.heard(topology.actors), 30, "the event listener heard")
         for victim in topology.actors:
             before = {n: p["pid"] for n, p in sup.processes().items()}
             os.kill(before[victim], signal.SIGKILL)
@@ -142,12 +145,24 @@ class EventsWatcher:
 
     def said(self, actor: str, state: str) -> list[str]:
         """Every line so far, once `actor` has reached `state`; else []."""
+        self._read()
+        got = self.board.latest.get(actor)
+        return self.lines if got and got.state == state else []
+
+    def heard(self, actors) -> bool:
+        """Whether the listener's state of every one of `actors` came in: subscribed.
+
+        PUB/SUB drops what is published before a subscription is in place (on a busy
+        machine that takes a while); the listener says every state again each second.
+        """
+        self._read()
+        return all(a in self.board.latest for a in actors)
+
+    def _read(self) -> None:
         while (msg := self.bus.recv(0.2)) is not None:
             line = self.board.update(msg)
             if line:
                 self.lines.append(line)
-        got = self.board.latest.get(actor)
-        return self.lines if got and got.state == state else []
 
     def close(self) -> None:
         self.bus.close()
