@@ -60,8 +60,9 @@ ADVICE = {
     "tts": 'a lighter engine (engine = "piper" for English) or settings.speed = 1.2 '
            '(faster speech costs less to make)',
 }
-#: What to change when an engine is the heaviest on a host's GPU, by engine.
-GPU_ADVICE = {
+#: What to change when an engine is the heaviest on a host's cores or GPU, by engine (else
+#: by stage: ADVICE).
+ENGINE_ADVICE = {
     "voxcpm2": 'settings.inference_timesteps = 6 (fewer diffusion steps), settings.model = '
                '"voxcpm2-mlx-4bit", engine = "kokoro" on this host, or tts on the other Mac '
                '(deploy/two-macs.toml)',
@@ -263,7 +264,8 @@ def verdict(topology, budgets: dict[str, dict[str, float]],
             lines.append(
                 f"{head}: does NOT keep up with continuous speech (the bounded lag will skip "
                 f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
-                f"({cfg.engine}) is the heaviest: {ADVICE[worst]}, or a host of its own")
+                f"({cfg.engine}) is the heaviest: "
+                f"{ENGINE_ADVICE.get(cfg.engine, ADVICE[worst])}, or a host of its own")
         gpu_ok, gpu_line = _gpu_verdict(topology, host, have, max_speed)
         ok = ok and gpu_ok
         lines += [gpu_line] if gpu_line else []
@@ -292,7 +294,7 @@ def _gpu_verdict(topology, host: str, have: dict[str, dict[str, float]],
     worst = max(need, key=need.get)
     engine = topology.actors[worst].engine
     return False, (f"{head}: does NOT keep up with continuous speech; {worst} ({engine}) is the "
-                   f"heaviest: {GPU_ADVICE.get(engine, ADVICE[worst])}")
+                   f"heaviest: {ENGINE_ADVICE.get(engine, ADVICE[worst])}")
 
 
 def memory_verdict(topology, host: str, needs: dict[str, int], total_mb: float,

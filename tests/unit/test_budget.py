@@ -166,3 +166,13 @@ def test_the_mac_topology_needs_what_its_models_take():
     raw["actors"]["tts"]["settings"].update(backend="torch", model="voxcpm2")
     torch_needs = memory_needs(parse(raw), "local")["tts"]
     assert torch_needs >= 10000          # float32 on MPS: twice its 5 GB of bfloat16 files
+
+
+def test_the_voice_on_the_cores_gets_its_own_advice():
+    raw = copy.deepcopy(_topo().raw)
+    raw["actors"]["tts"].update(engine="voxcpm2", settings={"backend": "torch"})
+    slow = {"asr": {"cpu": 0.2, "cores": 2.0}, "mt": {"cpu": 0.05, "cores": 2.0},
+            "tts": {"cpu": 3.0, "cores": 2.0}}
+    ok, lines = budget.verdict(parse(raw), slow)
+    assert not ok and "tts (voxcpm2) is the heaviest: settings.inference_timesteps = 6" in \
+        lines[0] and "settings.speed" not in lines[0]      # VoxCPM2 has no speed setting
