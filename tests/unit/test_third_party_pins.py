@@ -310,6 +310,25 @@ def check_mlx_audio_encode_rate() -> None:
     vae = AudioVAE(config)
     expect(getattr(vae, "chunk_size", None) == math.prod(config.encoder_rates),
            "AudioVAE.chunk_size is no longer the samples per latent frame")
+    expect(getattr(vae, "sample_rate", None) == config.sample_rate,
+           "AudioVAE.sample_rate is no longer the rate it encodes at (the model's "
+           "_encode_sample_rate)")
+    expect("sample_rate" in _params(AudioVAE.encode), "AudioVAE.encode takes no sample_rate")
+
+
+def check_mlx_audio_encode_wav() -> None:
+    from mlx_audio.tts.models.voxcpm2 import voxcpm2
+
+    params = _params(voxcpm2.Model._encode_wav)
+    expect(params[:3] == ["self", "audio_input", "padding_mode"],
+           f"Model._encode_wav params are {params}: the wrapper passes the audio first")
+    calls = _calls(_source(voxcpm2.Model.generate), "self._encode_wav")
+    expect(calls, "Model.generate no longer calls self._encode_wav: the voice encoded once "
+           "would be ignored")
+    firsts = {ast.unparse(c.args[0]) for c in calls if c.args}
+    expect(firsts <= {"ref_audio", "prompt_audio"},
+           f"Model.generate encodes {sorted(firsts)}, not only the voice it is given")
+    expect(len(firsts) == 2, "Model.generate no longer encodes both ref_audio and prompt_audio")
 
 
 def check_mlx_audio_generate() -> None:
@@ -600,11 +619,20 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         check_mlx_whisper_sinusoids,
         public="mlx_whisper.whisper.sinusoids (needs mlx in the converter)"),
     PrivateApi(
-        ("mlx-audio",), "voxcpm2 Model._encode_sample_rate, audio_vae.chunk_size",
+        ("mlx-audio",), "voxcpm2 audio_vae.chunk_size/.sample_rate/.encode, model.patch_size",
         (("actors/engines/tts/voxcpm2.py",
-          "vae.chunk_size / self.model._encode_sample_rate"),),
+          "self.patch_s = self.model.patch_size * vae.chunk_size / vae.sample_rate"),
+         ("actors/engines/tts/voxcpm2.py",
+          "feat = vae.encode(mx.array(audio)[None, None, :], vae.sample_rate).squeeze(0)")),
         check_mlx_audio_encode_rate,
-        public="model.audio_vae.sample_rate (the same value, no underscore)"),
+        public="none (the VAE's attributes are not documented)"),
+    PrivateApi(
+        ("mlx-audio",), "voxcpm2 Model._encode_wav wrapped (the voice encoded once)",
+        (("actors/engines/tts/voxcpm2.py", "encode_wav = self.model._encode_wav"),
+         ("actors/engines/tts/voxcpm2.py",
+          "self.model._encode_wav = lambda audio, *a, **k: (")),
+        check_mlx_audio_encode_wav,
+        public="none (generate() takes audio, never features: it encodes at every call)"),
     PrivateApi(
         ("mlx-audio",), "feat_decoder.sample(temperature=) patched; Model.generate kwargs",
         (("actors/engines/tts/voxcpm2.py", "self.model.feat_decoder.sample = functools.partial("),
@@ -637,7 +665,8 @@ PRIVATE_APIS: tuple[PrivateApi, ...] = (
         ("voxcpm",), "audio_vae.chunk_size/.sample_rate/.latent_dim/.encode, model.patch_size",
         (("actors/engines/tts/voxcpm2.py",
           "self.model.patch_size * vae.chunk_size / vae.sample_rate"),
-         ("actors/engines/tts/voxcpm2.py", "feat = model.audio_vae.encode(")),
+         ("actors/engines/tts/voxcpm2.py",
+          "feat = vae.encode(torch.from_numpy(audio)[None].to(model.device),")),
         check_voxcpm_audio_vae),
     PrivateApi(
         ("piper-tts",), "PiperVoice(config=, session=) built without PiperVoice.load()",

@@ -246,6 +246,10 @@ class VoxCpm2Engine(TtsEngine):
             self._load_torch()
         else:
             self._load_mlx()
+        # both backends: the VAE encodes at its sample_rate and the model speaks at its own
+        vae = self.model.audio_vae
+        self.sample_rate = int(self.model.sample_rate)
+        self.patch_s = self.model.patch_size * vae.chunk_size / vae.sample_rate
         voice = self.settings.voice
         if voice.startswith("file:"):
             pcm, rate = read_wav(Path(voice[5:]).expanduser())
@@ -271,9 +275,6 @@ class VoxCpm2Engine(TtsEngine):
         device = None if self.settings.device == "auto" else self.settings.device
         self.model = VoxCPM2Model.from_local(str(self.folder), optimize=False, device=device)
         self._torch = torch
-        vae = self.model.audio_vae
-        self.sample_rate = int(self.model.sample_rate)
-        self.patch_s = self.model.patch_size * vae.chunk_size / vae.sample_rate
         if self.settings.temperature != 1.0:
             decoder = self.model.feat_decoder
             decoder.forward = functools.partial(type(decoder).forward, decoder,
@@ -294,9 +295,6 @@ class VoxCpm2Engine(TtsEngine):
             audio.feat if isinstance(audio, _Encoded) else encode_wav(audio, *a, **k))
         if self.settings.compile:
             self.model.compile_model()
-        vae = self.model.audio_vae
-        self.sample_rate = int(self.model.sample_rate)
-        self.patch_s = self.model.patch_size * vae.chunk_size / self.model._encode_sample_rate
         if self.settings.temperature != 1.0:
             self.model.feat_decoder.sample = functools.partial(
                 self.model.feat_decoder.sample, temperature=self.settings.temperature)
@@ -326,7 +324,7 @@ class VoxCpm2Engine(TtsEngine):
         if key not in self._features:
             model = self.model
             patch = model.patch_size * model.audio_vae.chunk_size
-            audio = self._at(ref, model._encode_sample_rate)
+            audio = self._at(ref, model.audio_vae.sample_rate)
             pad = -len(audio) % patch
             # reference: padded at the end; prompt: at the start (it is continued)
             audio = np.pad(audio, (0, pad) if mode == "reference" else (pad, 0))
@@ -361,8 +359,8 @@ class VoxCpm2Engine(TtsEngine):
         mx, model = self._mx, self.model
 
         def encode(audio: np.ndarray, _mode: str) -> _Encoded:
-            feat = model.audio_vae.encode(mx.array(audio)[None, None, :],
-                                          model._encode_sample_rate).squeeze(0)
+            vae = model.audio_vae
+            feat = vae.encode(mx.array(audio)[None, None, :], vae.sample_rate).squeeze(0)
             count = feat.shape[0] // model.patch_size
             feat = feat[:count * model.patch_size].reshape(count, model.patch_size, -1)
             mx.eval(feat)
