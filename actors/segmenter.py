@@ -7,10 +7,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from voxweft.actors.gate import LevelGate
 from voxweft.actors.runtime import Actor
 from voxweft.actors.vad import (
     SileroVad,
     SpeechDiscarded,
+    SpeechRejected,
     SpeechStarted,
     UtteranceEnded,
     UtteranceGrowing,
@@ -45,6 +47,10 @@ class SegmenterActor(Actor):
         super().__init__(topology, config)
         self.vad_config = config.vad_config()
         self.vad: SileroVad | None = None
+        # The speaker, not the room: one gate for the process, so the speaker's level carries
+        # from stream to stream (the same microphone, the same person).
+        self.gate = (LevelGate(config.speaker_gate_db, hold_db=config.speaker_hold_db)
+                     if config.speaker_gate_db else None)
         self.segmenter: UtteranceSegmenter | None = None
         self.next_sample = 0
         self.utterances = 0      # committed utterances in this process
@@ -92,7 +98,7 @@ class SegmenterActor(Actor):
     def _reset(self, stream: str = "", sample: int = 0) -> None:
         """A fresh VAD for `stream` from absolute `sample` on."""
         self.vad.reset()
-        self.segmenter = UtteranceSegmenter(self.vad_config, self.vad)
+        self.segmenter = UtteranceSegmenter(self.vad_config, self.vad, self.gate)
         self.segmenter.start_at(sample)
         self.stream, self.next_sample = stream, sample
         self.media_ms = sample * 1000 // BUS_RATE
@@ -233,6 +239,16 @@ class SegmenterActor(Actor):
             elif isinstance(event, SpeechDiscarded):
                 yield VadEvent(utt=self._utt_id(event.index, close=True), event="discard",
                                wall_ns=now_ns())
+            elif isinstance(event, SpeechRejected):
+                seconds = (event.end - event.start) / BUS_RATE
+                self.counters["rejected"] += 1
+                self.counters["rejected_ms"] += round(seconds * 1000)
+                reason = f"not the speaker: {event.below_db:.0f} dB under their level"
+                self.log.info("segmenter: %.1f s of speech at %.2f s ignored (%s)", seconds,
+                              event.start / BUS_RATE, reason)
+                yield VadEvent(event="rejected", media_s=event.start / BUS_RATE,
+                               end_s=event.end / BUS_RATE, wall_ns=self._wall_ns(event.end),
+                               reason=reason)
             elif isinstance(event, UtterancePaused):
                 self.counters["drafts"] += 1
                 utt = self._utt_id(event.utterance.index)

@@ -137,6 +137,26 @@ class SileroVad:
         return np.concatenate(probs)
 
 
+class Gate(Protocol):
+    """What the segmenter asks of a speaker gate; :class:`actors.gate.LevelGate` is the one."""
+
+    def reset_stream(self) -> None:
+        """A new stream begins (what the gate knows of the speaker stays)."""
+
+    def hear(self, window: np.ndarray) -> float:
+        """Take the next window's samples."""
+
+    @property
+    def below_speaker_db(self) -> float:
+        """How far the last window is under the speaker's level."""
+
+    def passes(self, holding: bool = False) -> bool:
+        """The last window may be the speaker's (`holding`: while they speak on)."""
+
+    def learn(self) -> None:
+        """The last window was the speaker's speech."""
+
+
 class VadModel(Protocol):
     """What the segmenter needs from a VAD; :class:`SileroVad` is the production one."""
 
@@ -214,7 +234,20 @@ class SpeechDiscarded:
     index: int
 
 
-Event = SpeechStarted | UtterancePaused | UtteranceGrowing | UtteranceEnded | SpeechDiscarded
+@dataclass(frozen=True)
+class SpeechRejected:
+    """Speech in ``[start, end)`` that the gate said was not the speaker's (not interpreted).
+
+    ``below_db``: how far under the speaker's level it was at its loudest.
+    """
+
+    start: int
+    end: int
+    below_db: float
+
+
+Event = (SpeechStarted | UtterancePaused | UtteranceGrowing | UtteranceEnded | SpeechDiscarded
+         | SpeechRejected)
 
 #: Grown utterances sent after one pause at most (asr's check needs one or two).
 RECHECKS = 2
@@ -292,14 +325,21 @@ class UtteranceSegmenter:
     or one ``SpeechDiscarded(i)``. A discarded candidate does not consume an index, so
     utterance indices run 0, 1, 2... without gaps.
 
+    With a ``gate`` (the speaker, not the room: :mod:`actors.gate`), a window the gate does
+    not pass is silence whatever the VAD says: it opens nothing, and it starts (or goes on
+    with) a silence run in speech. Such speech, at least ``min_speech_ms`` of it with less
+    than ``hangover_ms`` between its windows, is reported once it ends (``SpeechRejected``).
+
     Memory: only the pre-roll ring (idle) or the open utterance, plus less than one VAD window
     and the frame being pushed, is held.
     """
 
-    def __init__(self, config: SegmenterConfig, vad: VadModel | SileroVad) -> None:
+    def __init__(self, config: SegmenterConfig, vad: VadModel | SileroVad,
+                 gate: Gate | None = None) -> None:
         """Validate ``config``; ``vad`` is reset and owned for the stream from here on."""
         self.config = config
         self._vad = vad
+        self._gate = gate
         ms = BUS_RATE // 1000
         self._threshold = config.threshold
         self._neg_threshold = config.neg_threshold
@@ -318,6 +358,9 @@ class UtteranceSegmenter:
 
     def _reset_stream(self) -> None:
         self._vad.reset()
+        if self._gate is not None:
+            self._gate.reset_stream()
+        self._rejected: list | None = None  # speech the gate refused: [start, end, below_db]
         self._buffer = _SampleBuffer(self._pre_roll + 2 * WINDOW_SAMPLES)
         self._scored_end = 0  # end of the last window the VAD has scored
         self._floor = 0  # end of the last emitted utterance: pre-roll never reaches before it
@@ -363,6 +406,7 @@ class UtteranceSegmenter:
         starts a new stream at sample 0; utterance indices keep counting.
         """
         events: list[Event] = []
+        self._end_rejected(None, events)
         if self._in_speech:
             end = min(self._speech_end + self._post_roll, self._buffer.end)
             self._close(end, forced=False, events=events)
@@ -393,8 +437,40 @@ class UtteranceSegmenter:
 
     # -- state machine -------------------------------------------------------------------
 
+    def _judge(self, window_start: int, window_end: int, prob: float,
+               events: list[Event]) -> float:
+        """The window's speech probability once the gate has heard it (0: not the speaker)."""
+        gate = self._gate
+        gate.hear(self._buffer.copy(window_start, window_end))
+        holding = self._in_speech and self._silence_since is None
+        if prob >= self._neg_threshold and not gate.passes(holding):
+            if prob >= self._threshold:
+                below = gate.below_speaker_db
+                if self._rejected is None:
+                    self._rejected = [window_start, window_end, below]
+                else:
+                    self._rejected[1:] = [window_end, min(self._rejected[2], below)]
+            return 0.0
+        if prob >= self._threshold:
+            gate.learn()
+            self._end_rejected(None, events)
+        else:
+            self._end_rejected(window_end, events)
+        return prob
+
+    def _end_rejected(self, now: int | None, events: list[Event]) -> None:
+        """Report the refused speech once it is over (at once with ``now`` None)."""
+        run = self._rejected
+        if run is None or (now is not None and now - run[1] < self._hangover):
+            return
+        self._rejected = None
+        if run[1] - run[0] >= self._min_speech:
+            events.append(SpeechRejected(run[0], run[1], round(run[2], 1)))
+
     def _on_window(self, window_start: int, prob: float, events: list[Event]) -> None:
         window_end = window_start + WINDOW_SAMPLES
+        if self._gate is not None:
+            prob = self._judge(window_start, window_end, prob, events)
         if not self._in_speech:
             if prob >= self._threshold:
                 self._open(window_start, window_end, events)

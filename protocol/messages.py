@@ -107,13 +107,19 @@ class EndOfStream(Message):
 
 @dataclass(frozen=True, kw_only=True)
 class VadEvent(Message):
-    """Voice activity: an utterance started, ended (committed) or was discarded as noise."""
+    """Voice activity: an utterance started, ended (committed) or was discarded as noise.
+
+    Or speech was heard that is not the speaker's ("rejected", no utterance): from `media_s`
+    to `end_s`, and `reason` says why.
+    """
 
     TYPE: ClassVar[str] = "vad"
     utt: str = ""
-    event: str = "start"      # start | end | discard
+    event: str = "start"      # start | end | discard | rejected
     media_s: float = 0.0
     wall_ns: int = 0
+    end_s: float = 0.0        # rejected: where that speech ended
+    reason: str = ""          # rejected: why, in words ("11 dB under the speaker")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,8 @@ def describe(msg: Message, recv_ns: int) -> dict:
         row["audio_s"] = round(msg.duration_s, 3)
     if isinstance(msg, (VadEvent, PlaybackEvent)):
         row["event"] = msg.event
+    if isinstance(msg, VadEvent) and msg.event == "rejected":
+        row["detail"] = (f"{msg.media_s:.2f}-{msg.end_s:.2f} s not interpreted: {msg.reason}")
     reason = getattr(msg, "reason", "") or getattr(msg, "skipped", "")
     if isinstance(msg, (PlaybackEvent, SpeechChunk)) and reason:
         row["detail"] = f"not spoken: {reason}"

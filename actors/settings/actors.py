@@ -114,12 +114,24 @@ class SegmenterActorConfig(ActorConfig, VadKnobs):
     # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
     echo_mode: Literal["gate", "off"] = "gate"
     echo_tail_ms: int = Between(0, 5000, 300)
+    # The speaker, not the room (actors/gate.py): speech more than speaker_gate_db under the
+    # speaker's running level (learned from their own speech) is someone else's, a talker
+    # behind them, and is not interpreted; 0 = off (everyone the microphone hears). While the
+    # speaker speaks on, speaker_hold_db under still passes: their quieter words. (A talker
+    # 10 dB below: talker-only audio inside utterances 96 % -> 17 %, the speaker's own
+    # sentences trailing off 6 dB kept; see docs/performance.md, the room.)
+    speaker_gate_db: float = Between(0.0, 40.0, 8.0)
+    speaker_hold_db: float = Between(0.0, 40.0, 10.0)
 
     @model_validator(mode="after")
     def _agree_not_too_often(self) -> SegmenterActorConfig:
         if 0 < self.agree_every_ms < 300:
             raise ValueError(f"agree_every_ms = {self.agree_every_ms!r} must be 0 (off) or at "
                              "least 300: each one is a Whisper decode")
+        if self.speaker_gate_db and self.speaker_hold_db < self.speaker_gate_db:
+            raise ValueError(f"speaker_hold_db = {self.speaker_hold_db!r} must be >= "
+                             f"speaker_gate_db ({self.speaker_gate_db!r}): the speaker's own "
+                             "words pass more easily once they speak, not less")
         return self
 
     def vad_config(self) -> SegmenterConfig:

@@ -14,11 +14,19 @@ import pytest
 from aiohttp import web
 
 from voxweft.deploy.topology import load
-from voxweft.protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
+from voxweft.protocol.messages import (
+    PlaybackEvent,
+    Status,
+    Supervision,
+    Transcript,
+    Translation,
+    VadEvent,
+)
 from voxweft.tools.captions import read_token, url
 from voxweft.tools.captions.room import KEEP, SILENT_S, Room
 from voxweft.tools.captions.server import MAX_STREAMS, QUEUE, RUNNER, Captions
 from voxweft.tools.subtitles import NOT_SPOKEN
+from voxweft.tools.tap import describe, format_line
 
 S = 10**9
 ACTORS = {"capture": "m2", "segmenter": "m2", "asr": "m2", "mt": "ultra", "tts": "ultra",
@@ -55,7 +63,8 @@ def test_an_utterance_grows_then_is_final_translated_and_timed():
     assert u["spoken"] and u["latency_s"] == 2.3
     assert u["stages"] == {"endpointing": 0.4, "asr": 0.7, "mt": 0.2, "tts": 0.9, "play": 0.1}
     assert stats == ("stats", {"lag_s": 2.3, "utterances": 1, "spoken_share": 1.0,
-                               "utterances_spoken": 1, "utterances_not_spoken": 0})
+                               "utterances_spoken": 1, "utterances_not_spoken": 0,
+                               "ignored": 0})
     (_, u2), = r.apply(Transcript(utt="u2", text="Next.", media_start_s=4.0, media_end_s=5.0))
     assert u2["order"] == 2
     kinds = [k for k, _ in r.snapshot()]
@@ -76,6 +85,22 @@ def test_a_translation_not_spoken_is_said_so_on_the_page_and_in_the_subtitles():
     assert vtt.index("Primeiro.") < vtt.index("Segundo.")
     srt = r.subtitles("source", "srt")
     assert "00:00:00,500 --> 00:00:01,500\nFirst." in srt and "Second." in srt
+
+
+def test_speech_that_is_not_the_speakers_shows_as_ignored_and_why():
+    r = room()
+    r.apply(Transcript(utt="u1", text="The speaker.", media_start_s=0.5, media_end_s=1.5))
+    assert r.apply(VadEvent(utt="u1", event="end", media_s=1.5)) == []   # not a row
+    why = "not the speaker: 12 dB under their level"
+    rejected = VadEvent(event="rejected", media_s=2.0, end_s=3.4, reason=why, seq=7)
+    (kind, u), (_, stats) = r.apply(rejected)
+    assert kind == "utterance" and u["ignored"] == f"1.4 s not interpreted: {why}"
+    assert not u["source"] and not u["spoken"] and u["order"] == 2
+    assert stats["ignored"] == 1 and stats["utterances"] == 1 and stats["spoken_share"] is None
+    assert r.apply(rejected) == []                                   # heard twice: once
+    assert "not interpreted" not in r.subtitles("source", "srt")
+    line = format_line(describe(rejected, rejected.sent_ns))           # and in the tap
+    assert f"rejected 2.00-3.40 s not interpreted: {why}" in line, line
 
 
 def test_an_utterance_the_player_cut_off_is_not_counted_as_spoken():

@@ -25,6 +25,7 @@ from voxweft.protocol.messages import (
     Supervision,
     Transcript,
     Translation,
+    VadEvent,
 )
 from voxweft.tools.latency import stage_times, utterance_latency
 from voxweft.tools.subtitles import NOT_SPOKEN, render
@@ -120,6 +121,7 @@ class Room:
         self.heard: dict[str, float] = {}
         self.epochs: dict[str, int] = {}
         self.lag_s: float | None = None
+        self.ignored = 0   # stretches of speech not interpreted (not the speaker's)
         # Utterances are forgotten after KEEP; the share of words spoken is over the talk.
         self.tally = SpokenShare()
         self.counted: dict[str, tuple[str, bool]] = {}   # utt -> what the tally holds of it
@@ -140,10 +142,12 @@ class Room:
         (spoken, or skipped: not spoken), over the whole talk; None before any.
         """
         tally = self.tally.summary()
-        return "stats", {"lag_s": self.lag_s, "utterances": len(self.utts),
+        return "stats", {"lag_s": self.lag_s,
+                         "utterances": sum(not u["ignored"] for u in self.utts.values()),
                          "spoken_share": tally["share"],
                          "utterances_spoken": tally["utterances_spoken"],
-                         "utterances_not_spoken": tally["utterances_not_spoken"]}
+                         "utterances_not_spoken": tally["utterances_not_spoken"],
+                         "ignored": self.ignored}
 
     def snapshot(self) -> list[Event]:
         """Everything, for a browser that (re)connects."""
@@ -162,6 +166,8 @@ class Room:
             return self._text(msg)
         if isinstance(msg, PlaybackEvent):
             return self._playback(msg)
+        if isinstance(msg, VadEvent) and msg.event == "rejected":
+            return self._ignored(msg)
         return []
 
     def tick(self, now: float | None = None) -> list[Event]:
@@ -209,7 +215,7 @@ class Room:
             u = self.utts[utt] = {"utt": utt, "order": self.order, "source": "", "target": "",
                                   "source_final": False, "target_final": False,
                                   "spoken": False, "not_spoken": "", "latency_s": None,
-                                  "stages": {}}
+                                  "stages": {}, "ignored": ""}
             while len(self.utts) > KEEP:
                 old, _ = self.utts.popitem(last=False)
                 self.media.pop(old, None)
@@ -228,6 +234,16 @@ class Room:
                 self._count(msg.utt, u)
                 return [("utterance", dict(u)), self.stats()]
         return [("utterance", dict(u))]
+
+    def _ignored(self, msg: VadEvent) -> list[Event]:
+        """Speech the segmenter did not interpret (not the speaker's): a row that says so."""
+        key = f"ignored.{msg.epoch:x}.{msg.seq}"
+        if key in self.utts:       # the same event heard again
+            return []
+        self.ignored += 1
+        u = self._utterance(key)
+        u["ignored"] = f"{max(msg.end_s - msg.media_s, 0.0):.1f} s not interpreted: {msg.reason}"
+        return [("utterance", dict(u)), self.stats()]
 
     def _playback(self, msg: PlaybackEvent) -> list[Event]:
         if msg.event not in ("started", "skipped", "finished") or (

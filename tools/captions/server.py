@@ -43,7 +43,7 @@ MAX_STREAMS = 32
 #: aiohttp's server options. A browser that goes away cancels its handler at once, which frees
 #: its event stream's slot (by default aiohttp waits for a write to fail: up to KEEPALIVE_S).
 RUNNER = {"handler_cancellation": True}
-TOPICS = [b"transcript.", b"translation.", b"playback.", b"status."]
+TOPICS = [b"transcript.", b"translation.", b"playback.", b"status.", b"vad."]
 
 log = logging.getLogger("voxweft.captions")
 

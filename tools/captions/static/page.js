@@ -298,6 +298,11 @@
       r.note = null;
     }
 
+    // Speech the segmenter did not interpret (not the speaker's): a quiet line that says so.
+    const ignored = str(d.ignored).trim();
+    if (ignored) setText(r.src, `(${ignored})`);
+    r.row.classList.toggle('ignored', ignored !== '');
+
     r.row.classList.toggle('final', sourceFinal && targetFinal);
     r.row.classList.toggle('spoken', d.spoken === true);
     r.row.classList.toggle('unspoken', notSpoken !== '');
@@ -379,6 +384,12 @@
       if (share < SPOKEN_BAD) s.classList.add('bad');
       else if (share < SPOKEN_WARN) s.classList.add('warn');
       s.title = 'share of the words said whose translation was spoken (the rest came too late)';
+      parts.push(s);
+    }
+    const ignored = num(d.ignored) || 0;
+    if (ignored) {
+      const s = el('span', 'ignored', `${ignored} ignored`);
+      s.title = 'stretches of speech not interpreted: another voice, quieter than the speaker';
       parts.push(s);
     }
     const n = num(d.utterances);

@@ -1,0 +1,175 @@
+"""The speaker, not the room: the level gate on real speech (Silero VAD, LJ Speech, piper).
+
+The speaker is the LJ Speech reader; the second talker is piper's American English man
+reading other topics (`tools.bench.room.talker_speech`), mixed 10 dB under the speaker's
+active level, as `voxweft bench --room` mixes them. Every check is made with the gate and,
+where it could pass without it, also without it, so the test fails if the gate does nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import corpus_clips, read_16k
+from voxweft.actors.gate import LevelGate
+from voxweft.actors.settings.actors import SegmenterActorConfig
+from voxweft.actors.vad import (
+    SegmenterConfig,
+    SileroVad,
+    SpeechRejected,
+    UtteranceEnded,
+    UtteranceSegmenter,
+)
+from voxweft.protocol.messages import BUS_RATE
+from voxweft.tools.bench import metrics, room
+
+pytestmark = pytest.mark.timeout(600)
+
+FRAME = 320
+DEFAULTS = SegmenterActorConfig.model_fields
+
+
+def _gate() -> LevelGate:
+    """A gate with the segmenter's defaults (the topology's speaker_gate_db/hold_db)."""
+    return LevelGate(DEFAULTS["speaker_gate_db"].default,
+                     hold_db=DEFAULTS["speaker_hold_db"].default)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(round(seconds * BUS_RATE), np.float32)
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroVad:
+    return SileroVad()
+
+
+@pytest.fixture(scope="module")
+def clips() -> list[np.ndarray]:
+    return [read_16k(p) for p in corpus_clips()]
+
+
+@pytest.fixture(scope="module")
+def talker() -> np.ndarray:
+    audio, _ = room.talker_speech(12.0)
+    return audio
+
+
+def under(talk: np.ndarray, speaker: np.ndarray, db: float = 10.0) -> np.ndarray:
+    """`talk` at `db` under `speaker`'s active level (as the room bench mixes it)."""
+    return (talk / room.active_rms(talk) * room.active_rms(speaker) * 10 ** (-db / 20)
+            ).astype(np.float32)
+
+
+def segment(vad, stream: np.ndarray, gate: LevelGate | None) -> tuple[list, list]:
+    """The stream in 20 ms frames: (utterances, rejected speech)."""
+    seg = UtteranceSegmenter(SegmenterConfig(), vad, gate)
+    events = []
+    for i in range(0, len(stream), FRAME):
+        events += seg.push(stream[i:i + FRAME])
+    events += seg.flush()
+    return ([e.utterance for e in events if isinstance(e, UtteranceEnded)],
+            [e for e in events if isinstance(e, SpeechRejected)])
+
+
+def inside(utts, start: int, end: int) -> int:
+    """Samples of [start, end) that some utterance holds."""
+    return sum(max(0, min(u.end_sample, end) - max(u.start_sample, start)) for u in utts)
+
+
+def test_a_quieter_talker_in_the_pauses_is_not_interpreted(vad, clips, talker):
+    a, b = clips[0], clips[1]
+    talk = under(talker[:4 * BUS_RATE], a)
+    parts = [silence(0.5), a, silence(1.0), talk, silence(1.0), b, silence(1.0)]
+    stream = np.concatenate(parts)
+    t0 = sum(map(len, parts[:3]))
+    t1 = t0 + len(talk)
+
+    plain, _ = segment(vad, stream, None)
+    assert inside(plain, t0, t1) > 0.5 * len(talk)   # without the gate it is interpreted
+
+    gated, rejected = segment(vad, stream, _gate())
+    assert inside(gated, t0, t1) == 0, [(u.start_sample / BUS_RATE, u.end_sample / BUS_RATE)
+                                        for u in gated]
+    # ... and reported: where, and how far under the speaker
+    assert rejected and all(t0 <= r.start and r.end <= t1 + 512 for r in rejected), rejected
+    assert sum(r.end - r.start for r in rejected) > 0.5 * len(talk)
+    assert all(r.below_db > DEFAULTS["speaker_gate_db"].default for r in rejected)
+    # the speaker is interpreted whole, both times
+    for start, clip in ((len(parts[0]), a), (t1 + len(parts[4]), b)):
+        first, last = np.flatnonzero(np.abs(clip) > 0.1 * np.abs(clip).max())[[0, -1]]
+        assert inside(gated, start + first, start + last) == last - first
+
+
+def test_a_talker_behind_the_speaker_is_cut_from_the_utterance_ends(vad, clips, talker):
+    teach = clips[0]                        # the speaker alone first: their level is learned
+    speaker = clips[2]
+    lead, tail = silence(room.LEAD_S), silence(room.TAIL_S)
+    spoken = np.concatenate([lead, speaker, tail])
+    mixed = spoken + under(talker[:len(spoken)], speaker)
+    stream = np.concatenate([teach, silence(1.0), mixed, silence(1.0)])
+    at = len(teach) + BUS_RATE              # where the mix starts
+    talker_only = [(at, at + len(lead)), (at + len(lead) + len(speaker), at + len(spoken))]
+
+    def heard(utts) -> float:
+        return sum(inside(utts, a, b) for a, b in talker_only) / BUS_RATE
+
+    plain, _ = segment(vad, stream, None)
+    gated, _ = segment(vad, stream, _gate())
+    assert heard(plain) > 1.5                            # seen: 1.85 s of 2.0
+    assert heard(gated) < 0.8, heard(gated)              # seen: 0.47 s
+    s0 = at + len(lead)
+    assert inside(gated, s0, s0 + len(speaker)) > 0.97 * len(speaker)
+
+
+def test_the_speakers_own_sentence_trailing_off_is_kept(vad, clips):
+    """The last 2 s fade to 6 dB under: the words are in the utterance and Whisper hears them."""
+    from voxweft.actors import engines
+
+    n = max(range(1, len(clips)), key=lambda i: len(clips[i]))   # the longest sentence
+    teach, clip = clips[0], clips[n]
+    fade = np.ones(len(clip), np.float32)
+    k = 2 * BUS_RATE
+    fade[-k:] = 10 ** (-np.linspace(0, 6, k) / 20)
+    quiet = clip * fade
+    stream = np.concatenate([teach, silence(1.0), quiet, silence(1.0)])
+    gate = _gate()
+    gated, rejected = segment(vad, stream, gate)
+    plain, _ = segment(vad, stream, None)
+    assert gate.speaker_db is not None and not rejected
+    assert gated[-1].speech_end_sample >= plain[-1].speech_end_sample - int(0.25 * BUS_RATE)
+
+    asr = engines.build("asr", "faster-whisper", {"model": "base", "threads": 1})
+    asr.load()
+    start = len(teach) + BUS_RATE
+    text = " ".join(asr.transcribe(u.pcm, "en") for u in gated if u.end_sample > start)
+    words = metrics.normalize_text(text).split()
+    ref = metrics.normalize_text(corpus_clips()[n].with_suffix(".txt").read_text()).split()
+    assert words[-2:] == ref[-2:], (text, ref[-2:])
+
+
+def test_the_first_voice_teaches_the_gate_and_a_louder_one_lifts_it(vad, clips, talker):
+    """Before any speech everything passes; the level is the speaker's, never the room's."""
+    gate = _gate()
+    assert gate.passes() and gate.speaker_db is None
+    quiet = under(talker[:3 * BUS_RATE], clips[0], 10.0)
+    segment(vad, np.concatenate([quiet, silence(0.5)]), gate)
+    learned_quiet = gate.speaker_db
+    assert learned_quiet is not None       # the only voice so far is taken for the speaker
+    for clip in clips[:3]:                 # the speaker, 10 dB louder, speaks for 20 s
+        segment(vad, np.concatenate([clip, silence(0.5)]), gate)
+    assert gate.speaker_db > learned_quiet + 6, (learned_quiet, gate.speaker_db)
+    _, rejected = segment(vad, np.concatenate([quiet, silence(0.5)]), gate)
+    assert rejected                        # now the quiet voice is the room's
+
+
+def test_the_gate_settings_are_checked():
+    assert SegmenterActorConfig.check({"push_port": 1, "port": 2}).speaker_gate_db == 8.0
+    with pytest.raises(ValueError, match="speaker_hold_db"):
+        SegmenterActorConfig.check({"push_port": 1, "port": 2, "speaker_gate_db": 12,
+                                    "speaker_hold_db": 10})
+    off = SegmenterActorConfig.check({"push_port": 1, "port": 2, "speaker_gate_db": 0})
+    assert off.speaker_gate_db == 0
+    with pytest.raises(ValueError):
+        LevelGate(0)
