@@ -138,6 +138,7 @@ class AsrActor(Actor):
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
         self.engine = engines.build("asr", config.engine, config.engine_settings())
+        self.glossary = topology.glossary   # names and terms: expected, and spelled so
         # (segmenter epoch, media start, end) of the segments taken from each stream.
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
         # Transcripts of drafts (speculative endpointing), by the speech they were made from.
@@ -173,8 +174,10 @@ class AsrActor(Actor):
         return False
 
     def load(self) -> None:
-        """Build the model."""
+        """Build the model; tell it the glossary's terms."""
         self.engine.load()
+        if self.glossary:
+            self.engine.prompt = self.glossary.prompt()
 
     def warmup(self) -> None:
         """One decode of quiet noise (lazy setup), then the budget: 12 s of known speech."""
@@ -333,6 +336,8 @@ class AsrActor(Actor):
                 words = self.engine.timed(pcm, lang)
             text = " ".join(w for w, _s, _e in words) if words else \
                 self.engine.transcribe(pcm, lang)
+            if self.glossary:
+                text = self.glossary.spell(text)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")
         spent = (trace[-1][1] - start) / 1e9
         if taken:

@@ -26,6 +26,7 @@ class MtActor(Actor):
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
         self.engine = engines.build("mt", config.engine, config.engine_settings())
+        self.glossary = topology.glossary   # its terms translated as it says, names kept
         # Translations of draft transcripts (speculative endpointing), by their source text.
         self.drafts = Drafts(self.counters)
 
@@ -56,7 +57,33 @@ class MtActor(Actor):
             return ""
         # Fillers, stutters and false starts take time to say and mean nothing: not translated.
         text, _removed = condense.disfluencies(msg.text, msg.src_lang)
-        return self.engine.translate(text, msg.src_lang, tgt) if text else ""
+        if not text:
+            return ""
+        if not self.glossary:
+            return self.engine.translate(text, msg.src_lang, tgt)
+        return self._with_glossary(text, msg.src_lang, tgt)
+
+    def _with_glossary(self, text: str, src: str, tgt: str) -> str:
+        """`text` translated with the glossary's translations of the terms it says.
+
+        First with the translations in the text (MT copies them through, and fits the
+        words around them); where MT changed one ("resultados de voz de síntese"), again
+        with placeholders it keeps as it keeps names, put back afterwards; where both
+        lost a term, MT's own translation (counted: glossary_missed).
+        """
+        glossary = self.glossary
+        protected = glossary.protect(text)
+        translated = glossary.spell(self.engine.translate(protected, src, tgt), "target")
+        if protected == text or not glossary.missing(text, translated):
+            return translated
+        self.counters["glossary_placeholders"] += 1
+        held, slots = glossary.hold(text)
+        again = glossary.release(self.engine.translate(held, src, tgt), slots)
+        if not glossary.missing(text, again):
+            return again
+        self.counters["glossary_missed"] += 1
+        self.log.info("mt: the glossary's %s lost in %r", glossary.missing(text, again), text)
+        return translated
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Translate a transcript into the configured target language.

@@ -114,6 +114,14 @@ def cmd_up(args) -> int:
 CAPTIONS_COMMAND = ("voxweft.tools.cli", "captions")
 
 
+def _topology(args):
+    """The topology of --topology, with --glossary's file as its [pipeline] glossary."""
+    base = topo_mod.load(args.topology)
+    if getattr(args, "glossary", None):
+        base = base.with_overrides({"pipeline": {"glossary": str(Path(args.glossary).resolve())}})
+    return base
+
+
 def _captions_program(args):
     """`up --captions`: the page's program for supervisord, with a token beyond loopback."""
     if not args.captions:
@@ -238,7 +246,7 @@ def cmd_interpret(args) -> int:
     """Interpret one file through the supervised pipeline."""
     from voxweft.tools.interpret import interpret
 
-    base = topo_mod.load(args.topology)
+    base = _topology(args)
     return interpret(base, Path(args.input), Path(args.out), args.src, args.tgt, args.fast,
                      timeout_s=args.timeout, live=args.live,
                      captions=_captions_program(args))
@@ -257,7 +265,7 @@ def cmd_bench(args) -> int:
         else:
             if args.compare:   # an unreadable old report fails now, not after the run
                 bench.load_report(Path(args.compare))
-            base = topo_mod.load(args.topology)
+            base = _topology(args)
             out = Path(args.out or time.strftime("bench-%Y%m%d-%H%M%S"))
             command = "voxweft bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else ""
             pause_s, soak = args.pause_s, args.soak
@@ -266,7 +274,9 @@ def cmd_bench(args) -> int:
             corpus = Path(args.corpus or DEFAULT_CORPUS)
             options = {"pause_s": pause_s, "soak_minutes": soak, "bus_seconds": args.bus_seconds,
                        "bus_frames": args.bus_frames, "command": command}
-            if args.room:
+            if args.terms:
+                new = bench.bench_terms(base, out, args.src, args.tgt, args.fast, **options)
+            elif args.room:
                 new = bench.bench_room(base, corpus, out, args.src, args.tgt, args.fast,
                                        args.room_snr, args.room_talker_db, args.limit,
                                        **options)
@@ -465,6 +475,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument(port, type=int, default=DEFAULT_PORT,
                         help=f"its port (default {DEFAULT_PORT})")
 
+    def glossary_option(sp):
+        sp.add_argument("--glossary", metavar="FILE",
+                        help="names and terms, one per line ('Name' or 'term = translation'):"
+                             " Whisper expects them, MT keeps or translates them so (the "
+                             "topology's [pipeline] glossary)")
+
     def common(sp, run=True):
         sp.add_argument("--topology", help="topology TOML (default: deploy/default.toml)")
         sp.add_argument("--host", help="which host of the topology this machine is")
@@ -518,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as from a microphone: translations later than the topology's "
                          "max_lag_s are not spoken (default: every utterance is spoken)")
     sp.add_argument("--timeout", type=float, default=3600)
+    glossary_option(sp)
     sp.add_argument("--captions", action="store_true",
                     help="serve the captions page while it interprets")
     captions_address(sp, "--captions-bind", "--captions-port")
@@ -539,9 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continuous speech: the corpus looped for this long with "
                          "0.3 s pauses, in real time (lag slope, degradation steps)")
     sp.add_argument("--limit", type=int, help="only the first N files")
+    glossary_option(sp)
     sp.add_argument("--room", action="store_true",
                     help="the corpus as a room makes it: noise, a second talker, no speech; "
                          "WER, intrusions, made-up lines and latency per condition")
+    sp.add_argument("--terms", action="store_true",
+                    help="the words that matter: sentences with names and terms (read by "
+                         "piper), without and with the glossary the project carries; the "
+                         "shares of terms heard and spoken right")
     sp.add_argument("--room-snr", type=_decibels, default=(10.0,), metavar="DB[,DB...]",
                     help="--room: noise SNRs in dB (default 10)")
     sp.add_argument("--room-talker-db", type=_decibels, default=(10.0,), metavar="DB[,DB...]",

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from voxweft.actors.glossary import Glossary, GlossaryError
 from voxweft.actors.settings import manifest
 from voxweft.actors.settings.actors import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
 from voxweft.actors.settings.base import Settings, describe
@@ -63,6 +64,9 @@ class PipelineTable(Settings):
     src_lang: str = "en"
     tgt_lang: str = "pt"
     max_lag_s: float = DEFAULT_MAX_LAG_S
+    # Names and terms with their translations (actors.glossary: the file's format); a path,
+    # relative to the topology file. "" = none.
+    glossary: str = ""
 
     @field_validator("src_lang", "tgt_lang")
     @classmethod
@@ -161,6 +165,8 @@ class Topology:
     for_host: str | None = None
     #: What checked its engines (kept so that with_overrides checks them again).
     check_engine: EngineCheck | None = field(default=None, repr=False, compare=False)
+    #: [pipeline] glossary, read (None: none).
+    glossary: Glossary | None = field(default=None, repr=False, compare=False)
 
     def curve(self, host: str | None = None, key_file: Path | None = None
               ) -> security.Curve | None:
@@ -447,8 +453,15 @@ def parse(raw: dict, source: str = "<topology>", host: str | None = None,
     hosts = {name: Host(name, entry.address, entry.bind or entry.address, entry.events_port,
                         entry.public_key, entry.secret_key, tuple(entry.allow))
              for name, entry in checked.hosts.items()}
+    glossary = None
+    if pipeline.glossary:
+        try:
+            glossary = Glossary.read(pipeline.glossary)
+        except GlossaryError as exc:
+            raise TopologyError(f"{source}: pipeline.glossary: {exc}") from None
     return Topology(source, pipeline.src_lang, pipeline.tgt_lang, hosts, actors, raw,
-                    float(pipeline.max_lag_s), dict(checked.clients), host, check_engine)
+                    float(pipeline.max_lag_s), dict(checked.clients), host, check_engine,
+                    glossary)
 
 
 def load(path: str | os.PathLike, host: str | None = None,
@@ -464,4 +477,8 @@ def load(path: str | os.PathLike, host: str | None = None,
         raise TopologyError(f"topology file {path} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TopologyError(f"{path}: not valid TOML ({exc})") from None
+    pipeline = raw.get("pipeline")
+    if isinstance(pipeline, dict) and isinstance(pipeline.get("glossary"), str) and \
+            pipeline["glossary"]:   # beside the topology file, wherever it is read from
+        pipeline["glossary"] = str((path.parent / pipeline["glossary"]).resolve())
     return parse(raw, str(path), host, check_engine)

@@ -367,3 +367,41 @@ def test_mt_leaves_fillers_and_stutters_untranslated_and_counts_them(translator)
     assert [c[0] for c in calls] == ["The book is, on the table."]   # the draft's, taken
     assert "livro" in out[1].text.lower() and out[1].source_text.startswith("Um, the the")
     assert actor.counters["fillers_removed"] == 3   # counted once, for the final
+
+
+def test_a_glossary_makes_whisper_hear_its_names_and_mt_say_its_terms(whisper, translator):
+    """Piper reads sentences with the bench glossary's names; seen without/with: 0/3, 3/3."""
+    from voxweft.tools.bench import room, terms
+
+    glossary_path = terms.files("en", "pt")[0]
+    plain_topo = load(None)
+    topo = plain_topo.with_overrides({"pipeline": {"glossary": str(glossary_path)}})
+    say = room.reader()
+    lines = ["Siobhan Nakamura presented the new speech synthesis results this morning.",
+             "Voxweft runs the whole interpreter on a laptop without the cloud.",
+             "The CTranslate2 library makes the translation model twice as fast."]
+    names = ["Siobhan Nakamura", "Voxweft", "CTranslate2"]
+    asr = AsrActor(topo, topo.actors["asr"])
+    asr.load()                                  # its own model, told the glossary's terms
+    assert asr.engine.prompt.startswith("Siobhan Nakamura, Aoife Brennan")
+    segments = [Segment(utt=f"g{i}", src_lang="en", pcm=say(line), media_start_s=0.0,
+                        media_end_s=1.0) for i, line in enumerate(lines)]
+    heard = run_actor(asr, segments, src="segmenter", loaded=True)
+    plain = [whisper.transcribe(s.pcm, "en") for s in segments]
+    with_glossary = sum(n in t.text for n, t in zip(names, heard, strict=True))
+    without = sum(n in text for n, text in zip(names, plain, strict=True))
+    assert with_glossary >= 2 and with_glossary > without, ([t.text for t in heard], plain)
+
+    # MT: the glossary's translations, where the model says otherwise on its own
+    source = [Transcript(utt=f"g{i}", src_lang="en", text=line) for i, line in enumerate(lines)]
+    mt = MtActor(topo, topo.actors["mt"])
+    mt.engine = translator
+    said = " ".join(m.text for m in run_actor(mt, source, src="asr", loaded=True)
+                    if isinstance(m, Translation))
+    bare = MtActor(plain_topo, plain_topo.actors["mt"])
+    bare.engine = translator
+    own = " ".join(m.text for m in run_actor(bare, source, src="asr", loaded=True)
+                   if isinstance(m, Translation))
+    for term in ("síntese de voz", "computador portátil"):
+        assert term in said and term not in own, (said, own)
+    assert all(n in said for n in names), said        # names kept as they are

@@ -312,6 +312,10 @@ def markdown(report: dict) -> str:
         from voxweft.tools.bench.room import markdown as room_markdown
 
         lines += ["", *room_markdown(report["room"]).splitlines()]
+    if isinstance(report.get("terms"), dict):
+        from voxweft.tools.bench.terms import markdown as terms_markdown
+
+        lines += ["", *terms_markdown(report["terms"]).splitlines()]
     return "\n".join(lines) + "\n"
 
 

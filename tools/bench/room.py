@@ -156,26 +156,36 @@ def babble(n: int, clips: list[np.ndarray], rng: np.random.Generator,
     return (x / max(rms(x), 1e-9)).astype(np.float32)
 
 
-def talker_speech(seconds: float) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
-    """The second talker reading TALKER_LINES (repeated) for at least `seconds`, 16 kHz.
-
-    Piper's en_US voice (a man; the corpus is a woman), 0.3 s between sentences. Returns the
-    audio and each sentence read with its first and last sample.
-    """
+def reader():
+    """`say(line)`: piper's American English man reading `line`, 16 kHz mono float32."""
     import soxr
 
     from voxweft.actors.engines import build
 
     engine = build("tts", "piper", {})
     engine.load()
+
+    def say(line: str) -> np.ndarray:
+        audio = np.concatenate(list(engine.synthesize(line, "en")))
+        return soxr.resample(audio, engine.sample_rate, BUS_RATE).astype(np.float32)
+
+    return say
+
+
+def talker_speech(seconds: float) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
+    """The second talker reading TALKER_LINES (repeated) for at least `seconds`, 16 kHz.
+
+    Piper's en_US voice (a man; the corpus is a woman), 0.3 s between sentences. Returns the
+    audio and each sentence read with its first and last sample.
+    """
+    say = reader()
     gap = np.zeros(int(0.3 * BUS_RATE), np.float32)
     parts: list[np.ndarray] = []
     spans: list[tuple[str, int, int]] = []
     total = 0
     while total < seconds * BUS_RATE:
         line = TALKER_LINES[len(spans) % len(TALKER_LINES)]
-        audio = np.concatenate(list(engine.synthesize(line, "en")))
-        audio = soxr.resample(audio, engine.sample_rate, BUS_RATE).astype(np.float32)
+        audio = say(line)
         parts += [audio, gap]
         spans.append((line, total, total + len(audio)))
         total += len(audio) + len(gap)
@@ -193,7 +203,8 @@ def _read(path: Path) -> np.ndarray:
     return soxr.resample(mono, rate, BUS_RATE).astype(np.float32) if rate != BUS_RATE else mono
 
 
-def _write(path: Path, audio: np.ndarray) -> None:
+def write_wav(path: Path, audio: np.ndarray) -> None:
+    """16 kHz 16-bit WAV of `audio` (clipped)."""
     import soundfile as sf
 
     sf.write(str(path), np.clip(audio, -1.0, 1.0), BUS_RATE, subtype="PCM_16")
@@ -241,7 +252,7 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
             noise = (np.zeros(n, np.float32) if cond.kind == "silence" else
                      (pink if cond.kind == "quiet-pink" else tones)(n, rng) * gain)
             name = f"nospeech@{tag}"
-            _write(out / f"{name}.wav", noise)
+            write_wav(out / f"{name}.wav", noise)
             files[name] = {"condition": cond.name, "kind": cond.kind, "reference": None}
             continue
         for item in items:
@@ -266,7 +277,7 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
                 mixed = speech + cut / max(active_rms(cut), 1e-9) * level * \
                     10 ** (-cond.level_db / 20)
             name = f"{item.name}@{tag}"
-            _write(out / f"{name}.wav", mixed.astype(np.float32))
+            write_wav(out / f"{name}.wav", mixed.astype(np.float32))
             (out / f"{name}.txt").write_text(item.ref_text or "", encoding="utf-8")
             files[name] = entry
     manifest = {"seed": seed, "conditions": [asdict(c) | {"name": c.name} for c in conds],
@@ -277,7 +288,8 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
 
 # --- what the room cost ---------------------------------------------------------------------
 
-def _spoken(row: dict) -> bool:
+def spoken(row: dict) -> bool:
+    """The utterance of a report row was spoken, whole."""
     return bool(row["played"] and not row["not_spoken"] and row["complete"] is not False)
 
 
@@ -310,22 +322,21 @@ def analyse(report: dict, manifest: dict) -> dict:
             entry["lines"] = len(rows)
             entry["texts"] = [r["text"] for r in rows]
         if cond["kind"] == "talker":
-            said = spoken = 0
+            said = 0
             intruded: list[str] = []
             for f, e in files.items():
                 own = set(benchmetrics.normalize_text(e["reference"] or "").split())
                 theirs = set(_talker_words(e["talker_lines"])) - own
                 said += e["talker_words"]
                 for r in rows_of.get(f, []):
-                    if _spoken(r):
+                    if spoken(r):
                         words = benchmetrics.normalize_text(r["text"] or "").split()
-                        spoken += len(words)
                         intruded += [w for w in words if w in theirs]
             entry["intrusions"] = {"words": len(intruded), "talker_words": said,
                                    "share": round(len(intruded) / said, 4) if said else None,
                                    "examples": sorted(set(intruded))[:12]}
         entry["latency_p50_s"] = _p50([r["speech_end_to_first_audio_s"] for r in rows])
-        entry["spoken_share"] = (round(sum(_spoken(r) for r in rows) / len(rows), 3)
+        entry["spoken_share"] = (round(sum(spoken(r) for r in rows) / len(rows), 3)
                                  if rows else None)
         out[name] = entry
     clean = out.get("clean", {}).get("latency_p50_s")

@@ -36,7 +36,7 @@ from voxweft.deploy.topology import Topology
 from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Status, VadEvent, trace_ns
 from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import report as benchreport
-from voxweft.tools.bench import room
+from voxweft.tools.bench import room, terms
 from voxweft.tools.captions.room import SpokenShare
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, summarize, utterance_latency
@@ -811,6 +811,29 @@ def bench_room(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast
     manifest = room.build(items, out / "room", room.conditions(snrs, talker_dbs))
     report = bench(base, out / "room", out, src, tgt, fast, **options)
     report["room"] = room.analyse(report, manifest)
+    write(report, out)
+    return report
+
+
+def bench_terms(base: Topology, out: Path, src: str, tgt: str, fast: bool, **options) -> dict:
+    """The bench on the glossary's sentences (`terms`), without and then with the glossary.
+
+    The report is the run with the glossary, with `terms` (both runs' scores) added; the run
+    without it is in `OUT/without`.
+    """
+    try:
+        glossary_path, _ = terms.files(src, tgt)
+        glossary, text_of = terms.build(src, tgt, out / "terms")
+    except terms.TermsError as exc:
+        raise BenchError(str(exc)) from None
+    print(f"voxweft bench: the words that matter: {len(text_of)} sentences with "
+          f"{len(glossary.terms)} glossary terms, without and with the glossary", flush=True)
+    without = bench(base.with_overrides({"pipeline": {"glossary": ""}}), out / "terms",
+                    out / "without", src, tgt, fast, **options)
+    report = bench(base.with_overrides({"pipeline": {"glossary": str(glossary_path)}}),
+                   out / "terms", out, src, tgt, fast, **options)
+    report["terms"] = {"without": terms.score(without, glossary, text_of),
+                       "with": terms.score(report, glossary, text_of)}
     write(report, out)
     return report
 

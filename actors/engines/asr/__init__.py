@@ -20,6 +20,9 @@ class AsrEngine(Resources, abc.ABC):
     name: ClassVar[str] = ""
     #: Resident memory once loaded (MB; measured RSS of its actor on Linux, see Resources).
     MEMORY_MB: ClassVar[int] = 600
+    #: Words to expect (a glossary's terms), given to the model as the text said before
+    #: (Whisper's previous-text prompt); "" = none. Set by the actor after load().
+    prompt: str = ""
 
     @abc.abstractmethod
     def languages(self) -> frozenset[str]:

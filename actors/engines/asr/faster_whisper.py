@@ -59,6 +59,9 @@ def packaged_whisper_tiny_en() -> Path:
 
 # Models shipped in packages, by the name a topology gives them; anything else is a folder.
 PACKAGED_MODELS = ("base", "tiny.en")
+#: At most this many tokens of `prompt` (the last ones): with the 224 of the answer, within
+#: Whisper's 448-token context.
+PROMPT_TOKENS = 200
 #: compute_type "auto" measures these at load and keeps the faster.
 AUTO_CHOICES = ("int8", "float32")
 
@@ -176,7 +179,8 @@ class FasterWhisperEngine(AsrEngine):
             self.fallbacks += 1
         segments, _info = self.model.transcribe(
             pcm, language=lang, beam_size=int(self.settings.beam_size), vad_filter=False,
-            condition_on_previous_text=False, without_timestamps=True)
+            condition_on_previous_text=False, without_timestamps=True,
+            initial_prompt=self.prompt or None)
         return " ".join(s.text.strip() for s in segments).strip()
 
     def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]]:
@@ -238,11 +242,13 @@ class FasterWhisperEngine(AsrEngine):
         # sot_sequence is [sot, language, task] for multilingual models but only [sot] for
         # English-only ones (tiny.en has no language or task tokens in its prompt).
         prompt = [*tok.sot_sequence, tok.no_timestamps]
+        if self.prompt:   # the words to expect, as the text said before (half the context)
+            prompt = [tok.sot_prev, *tok.encode(" " + self.prompt)[-PROMPT_TOKENS:], *prompt]
         result = self.model.model.generate(
             encoded, [prompt], beam_size=int(self.settings.beam_size),
             # Nobody says more than ~12 tokens a second: a looping decode stops early
             # (it cost 2.4 s at the full 224 tokens).
-            max_length=min(224, len(prompt) + 10 + int(12 * duration_s)),
+            max_length=len(prompt) + min(220, 10 + int(12 * duration_s)),
             suppress_blank=True, suppress_tokens=[-1])
         tokens = [t for t in result[0].sequences_ids[0] if t < tok.eot]
         return tok.decode(tokens).strip(), tokens, encoded, tok

@@ -272,7 +272,7 @@ class MlxWhisperEngine(AsrEngine):
         mel = mel[:frames].astype(getattr(mx, self.dtype))
         options = DecodingOptions(
             language=lang, without_timestamps=True,
-            fp16=self.dtype == "float16",
+            fp16=self.dtype == "float16", prompt=self.prompt or None,
             # Nobody says more than ~12 tokens a second: a looping decode stops early.
             sample_len=min(self.model.dims.n_text_ctx // 2, 10 + int(12 * duration_s)))
         encoder = self.model.encoder
@@ -285,7 +285,8 @@ class MlxWhisperEngine(AsrEngine):
 
     def _transcribe_long(self, pcm: np.ndarray, lang: str) -> str:
         """An utterance longer than one window: mlx_whisper's own 30 s windowing."""
-        result = self._mlx_transcribe(pcm, lang, without_timestamps=True)
+        result = self._mlx_transcribe(pcm, lang, without_timestamps=True,
+                                      initial_prompt=self.prompt or None)
         return str(result["text"]).strip()
 
     def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]]:
