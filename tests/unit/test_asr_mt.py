@@ -405,3 +405,27 @@ def test_a_glossary_makes_whisper_hear_its_names_and_mt_say_its_terms(whisper, t
     for term in ("síntese de voz", "computador portátil"):
         assert term in said and term not in own, (said, own)
     assert all(n in said for n in names), said        # names kept as they are
+
+
+def test_whispers_no_speech_rule_keeps_noise_from_making_words(whisper):
+    """Noise the VAD let through: Whisper base makes sentences of it unless its own rule
+    (no-speech probability and mean log-probability) says nothing was said.
+
+    Seen without the rule: "I'm going to put the oil in the pan." (white), "I'm going to get a
+    little bit of a little bit of water." (pink), "you" (hum).
+    """
+    from voxweft.tools.bench import room
+
+    rng = np.random.default_rng(1)
+    noises = [room.white(48000, rng) * 10 ** (-30 / 20), room.pink(48000, rng) * 0.1,
+              (0.05 * np.sin(2 * np.pi * 50 * np.arange(48000) / 16000))]
+    noises = [n.astype(np.float32) for n in noises]
+    off = FasterWhisperEngine(threads=2, no_speech_threshold=1.0)
+    off.model = whisper.model                 # the same model, without the rule
+    made_up = [off.transcribe(n, "en") for n in noises]
+    assert sum(bool(t) for t in made_up) >= 2, made_up
+    before = whisper.no_speech
+    assert [whisper.transcribe(n, "en") for n in noises] == ["", "", ""]
+    assert whisper.no_speech - before == 3
+    speech = read_16k(corpus_clips()[3])      # and speech is still heard
+    assert "surpassed" in whisper.transcribe(speech, "en").lower()

@@ -10,8 +10,10 @@ import zlib
 from typing import ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from voxweft.actors.engines.resources import Resources
+from voxweft.actors.settings.base import Settings
 
 
 class AsrEngine(Resources, abc.ABC):
@@ -55,6 +57,23 @@ class AsrEngine(Resources, abc.ABC):
     def process_env(cls) -> dict[str, str]:
         """Environment the actor process must start with (e.g. a preload); {} by default."""
         return {}
+
+
+class NoSpeechRule(Settings):
+    """Whisper's own rule against text made up from noise, as settings of a Whisper engine.
+
+    A decode whose no-speech probability is over `no_speech_threshold` and whose mean token
+    log-probability is under `logprob_threshold` says nothing (Whisper's and faster-whisper's
+    full-window defaults); `no_speech_threshold` = 1 turns it off.
+    """
+
+    no_speech_threshold: float = Field(0.6, ge=0.0, le=1.0)
+    logprob_threshold: float = Field(-1.0, ge=-20.0, le=0.0)
+
+    def said_nothing(self, no_speech_prob: float, mean_logprob: float) -> bool:
+        """The decode is of noise, not speech, by the rule."""
+        return (self.no_speech_threshold < 1.0 and no_speech_prob > self.no_speech_threshold
+                and mean_logprob < self.logprob_threshold)
 
 
 def cut_restart(text: str) -> str:

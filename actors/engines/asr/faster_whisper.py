@@ -12,9 +12,9 @@ from pydantic import Field, field_validator
 
 from voxweft.actors import budget
 from voxweft.actors.engines import models
-from voxweft.actors.engines.asr import AsrEngine, cut_restart, degenerate
+from voxweft.actors.engines.asr import AsrEngine, NoSpeechRule, cut_restart, degenerate
 from voxweft.actors.engines.resources import weights_mb
-from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
 
 log = logging.getLogger("voxweft.asr")
@@ -88,8 +88,8 @@ class FasterWhisperEngine(AsrEngine):
         """
         return 450 + weights_mb(models.weights_bytes(str(self.settings.model)), 150)
 
-    class Settings(Settings):
-        """Which Whisper, how it is computed and decoded."""
+    class Settings(NoSpeechRule):
+        """Which Whisper, how it is computed and decoded (and the no-speech rule)."""
 
         model: str = "base"
         compute_type: Literal["auto", "int8", "int8_float32", "float32", "default"] = "int8"
@@ -116,6 +116,7 @@ class FasterWhisperEngine(AsrEngine):
             self.settings.compute_type
         self.tokenizers: dict[str, object] = {}
         self.fallbacks = 0    # short-window decodes redone with the full window
+        self.no_speech = 0    # short-window decodes dropped by the no-speech rule
 
     def languages(self) -> frozenset[str]:
         """Whisper's languages (an English-only model would say so in its folder name)."""
@@ -180,7 +181,10 @@ class FasterWhisperEngine(AsrEngine):
         segments, _info = self.model.transcribe(
             pcm, language=lang, beam_size=int(self.settings.beam_size), vad_filter=False,
             condition_on_previous_text=False, without_timestamps=True,
-            initial_prompt=self.prompt or None)
+            initial_prompt=self.prompt or None,
+            no_speech_threshold=(self.settings.no_speech_threshold
+                                 if self.settings.no_speech_threshold < 1.0 else None),
+            log_prob_threshold=self.settings.logprob_threshold)
         return " ".join(s.text.strip() for s in segments).strip()
 
     def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]]:
@@ -249,8 +253,15 @@ class FasterWhisperEngine(AsrEngine):
             # Nobody says more than ~12 tokens a second: a looping decode stops early
             # (it cost 2.4 s at the full 224 tokens).
             max_length=len(prompt) + min(220, 10 + int(12 * duration_s)),
-            suppress_blank=True, suppress_tokens=[-1])
+            suppress_blank=True, suppress_tokens=[-1],
+            return_scores=True, return_no_speech_prob=True)
         tokens = [t for t in result[0].sequences_ids[0] if t < tok.eot]
+        # the mean log-probability per token as faster-whisper reckons it (the score is
+        # normalised by length: length_penalty 1)
+        mean = result[0].scores[0] * len(tokens) / (len(tokens) + 1)
+        if self.settings.said_nothing(result[0].no_speech_prob, mean):
+            self.no_speech += 1
+            return "", [], encoded, tok
         return tok.decode(tokens).strip(), tokens, encoded, tok
 
 

@@ -37,9 +37,9 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors.engines import mlx, models
-from voxweft.actors.engines.asr import AsrEngine, cut_restart, degenerate
+from voxweft.actors.engines.asr import AsrEngine, NoSpeechRule, cut_restart, degenerate
 from voxweft.actors.engines.resources import weights_mb
-from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
 
 log = logging.getLogger("voxweft.asr")
@@ -111,8 +111,8 @@ class MlxWhisperEngine(AsrEngine):
 
     name = "mlx-whisper"
 
-    class Settings(Settings):
-        """Which Whisper and how it is computed."""
+    class Settings(NoSpeechRule):
+        """Which Whisper and how it is computed (and the no-speech rule)."""
 
         model: str = "base"
         dtype: Literal["auto", "float16", "float32"] = "auto"
@@ -158,6 +158,7 @@ class MlxWhisperEngine(AsrEngine):
         self.blas = ""                      # the OpenBLAS library in use, if any
         self._positions = None              # the encoder's sinusoids for 30 s
         self.fallbacks = 0    # short-window decodes redone with the full window
+        self.no_speech = 0    # short-window decodes dropped by the no-speech rule
         self._languages = self._model_languages()
 
     def _model_languages(self) -> frozenset[str]:
@@ -281,12 +282,18 @@ class MlxWhisperEngine(AsrEngine):
             result = decode(self.model, mel, options)
         finally:
             encoder._positional_embedding = self._positions
+        if self.settings.said_nothing(result.no_speech_prob, result.avg_logprob):
+            self.no_speech += 1
+            return ""
         return result.text.strip()
 
     def _transcribe_long(self, pcm: np.ndarray, lang: str) -> str:
         """An utterance longer than one window: mlx_whisper's own 30 s windowing."""
-        result = self._mlx_transcribe(pcm, lang, without_timestamps=True,
-                                      initial_prompt=self.prompt or None)
+        rule = self.settings
+        result = self._mlx_transcribe(
+            pcm, lang, without_timestamps=True, initial_prompt=self.prompt or None,
+            no_speech_threshold=(rule.no_speech_threshold if rule.no_speech_threshold < 1.0
+                                 else None), logprob_threshold=rule.logprob_threshold)
         return str(result["text"]).strip()
 
     def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]]:
