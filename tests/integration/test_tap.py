@@ -75,21 +75,28 @@ def test_watch_prints_source_and_translation_and_keeps_a_rolling_file(topology_p
     assert bus.receive(Status, 120, lambda s: s.state == "ready"), "mt never ready"
     screen = io.StringIO()
     rolling = short_tmp / "live.jsonl"
-    viewer = threading.Thread(target=watch, args=(topology, rolling, 10.0, screen))
+    viewer = threading.Thread(target=watch, args=(topology, rolling, 30.0, screen))
     viewer.start()
+
+    def shown() -> bool:
+        return any(line.startswith("Good morning.") and "| Bom dia" in line
+                   for line in screen.getvalue().splitlines())
+
     try:
-        got = None
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and got is None:
-            bus.send(Transcript(utt="w1", src_lang="en", text="Good morning."))
-            got = bus.receive(Translation, 1.0)
-        assert got is not None
-        viewer.join(15)
-        lines = screen.getvalue().splitlines()
-        assert any(line.startswith("Good morning.") and "| Bom dia" in line for line in lines)
+        # A new utterance each second until watch shows one: on a busy machine its
+        # subscription may join after the first translation went by (a slow joiner).
+        got, n = None, 0
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and not shown():
+            n += 1
+            bus.send(Transcript(utt=f"w{n}", src_lang="en", text="Good morning."))
+            got = bus.receive(Translation, 1.0) or got
+        assert got is not None, "mt translated nothing"
+        assert shown(), screen.getvalue()
         rows = [json.loads(line) for line in rolling.read_text().splitlines()]
         assert rows and rows[0]["source_text"] == "Good morning." and rows[0]["tgt_lang"] == "pt"
     finally:
+        viewer.join(35)
         bus.close()
         mt.terminate()
         mt.wait(10)
