@@ -13,7 +13,8 @@ by window (the segmenter's 32 ms VAD windows):
   the gate let through, so a quieter talker never teaches it their level;
 * speech more than ``below_db`` under the speaker's level is not the speaker's: the
   segmenter treats it as silence (it opens no utterance, and it ends the speaker's after the
-  hangover, as a pause does).
+  hangover, as a pause does); while an utterance of theirs is open, ``hold_db`` under passes
+  (their quieter words, a clause resumed softly after a comma).
 
 Until ``learn_windows`` of speech have been heard (half a second) the gate lets everything
 through: the first voice at the microphone is taken to be the speaker's. A louder voice later
@@ -85,8 +86,9 @@ class LevelGate:
     def passes(self, holding: bool = False) -> bool:
         """The last window may be the speaker's (always, until their level is learned).
 
-        `holding`: the speaker is speaking (no pause yet): `hold_db` under their level
-        passes, to ride over their quieter syllables and words; else `below_db`.
+        `holding`: an utterance of the speaker's is open (they speak, or pause for less
+        than the hangover): `hold_db` under their level passes, their quieter words and a
+        clause resumed softly; else `below_db`.
         """
         if self.speaker_db is None:
             return True

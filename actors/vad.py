@@ -327,7 +327,8 @@ class UtteranceSegmenter:
 
     With a ``gate`` (the speaker, not the room: :mod:`actors.gate`), a window the gate does
     not pass is silence whatever the VAD says: it opens nothing, and it starts (or goes on
-    with) a silence run in speech. Such speech, at least ``min_speech_ms`` of it with less
+    with) a silence run in speech. In an open utterance the gate holds (passes quieter
+    speech) until the hangover closes it. Such speech, at least ``min_speech_ms`` of it with less
     than ``hangover_ms`` between its windows, is reported once it ends (``SpeechRejected``).
 
     Memory: only the pre-roll ring (idle) or the open utterance, plus less than one VAD window
@@ -442,8 +443,9 @@ class UtteranceSegmenter:
         """The window's speech probability once the gate has heard it (0: not the speaker)."""
         gate = self._gate
         gate.hear(self._buffer.copy(window_start, window_end))
-        holding = self._in_speech and self._silence_since is None
-        if prob >= self._neg_threshold and not gate.passes(holding):
+        # In an open utterance (speech, or a pause shorter than the hangover) the speaker's
+        # quieter words pass: a clause resumed softly after a comma stays in its utterance.
+        if prob >= self._neg_threshold and not gate.passes(self._in_speech):
             if prob >= self._threshold:
                 below = gate.below_speaker_db
                 if self._rejected is None:
