@@ -454,3 +454,33 @@ def test_player_says_why_when_it_gives_up_on_an_utterance_with_no_audio(tmp_path
     skipped = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "skipped"]
     assert [(m.utt, m.reason, m.complete) for m in skipped] == \
         [("c", player_module.NO_AUDIO, False)]
+
+
+def test_the_segmenter_refuses_a_quieter_voice_says_why_and_remembers_the_speaker():
+    loud, other = (read_16k(c) for c in corpus_clips()[1:3])
+    quiet = other * np.float32(10 ** (-14 / 20))        # the room: 14 dB under the speaker
+    gap = np.zeros(16000, np.float32)
+    stream = np.concatenate([gap, loud, gap, quiet, gap])
+    topo = topology()
+    seg = SegmenterActor(topo, topo.actors["segmenter"])
+    out = run_actor(seg, frames_of(stream) + [EndOfStream(media_s=len(stream) / 16000)],
+                    src="capture")
+    finals = [m for m in out if isinstance(m, Segment) and m.final]
+    assert len(finals) == 1 and finals[0].media_end_s < (2 * 16000 + len(loud)) / 16000
+    (rejected,) = [m for m in out if isinstance(m, VadEvent) and m.event == "rejected"]
+    start = (2 * 16000 + len(loud)) / 16000             # where the quieter voice is
+    assert start <= rejected.media_s < rejected.end_s <= start + len(quiet) / 16000 + 0.1
+    assert rejected.reason.startswith("not the speaker: ") and "dB under" in rejected.reason
+    assert seg.counters["rejected"] == 1 and seg.counters["rejected_ms"] > 500
+    # a new stream (the same microphone, the same person): the speaker's level is kept
+    again = [AudioFrame(stream="next", sample_rate=16000, pcm=f.pcm, media_s=f.media_s,
+                        capture_ns=f.capture_ns) for f in frames_of(np.concatenate([quiet, gap]))]
+    out = run_actor(seg, again, src="capture", loaded=True)
+    assert not [m for m in out if isinstance(m, Segment) and m.final]
+    assert [m.event for m in out if isinstance(m, VadEvent)] == ["rejected"]
+    # without the gate, the same quieter voice is interpreted
+    off = topology(segmenter={"speaker_gate_db": 0})
+    bare = SegmenterActor(off, off.actors["segmenter"])
+    out = run_actor(bare, frames_of(stream) + [EndOfStream(media_s=len(stream) / 16000)],
+                    src="capture")
+    assert len([m for m in out if isinstance(m, Segment) and m.final]) == 2
