@@ -38,7 +38,7 @@ PERCENTILE = 90.0
 #: The reference is recomputed every this many learned windows (a percentile of 940 values).
 REFRESH_WINDOWS = 8
 #: While the speaker speaks (no pause yet), this much further under their level still passes.
-HOLD_EXTRA_DB = 4.0
+HOLD_EXTRA_DB = 2.0
 _FLOOR = 1e-10   # -100 dBFS: digital silence has a level, not -inf
 
 

@@ -118,10 +118,10 @@ class SegmenterActorConfig(ActorConfig, VadKnobs):
     # speaker's running level (learned from their own speech) is someone else's, a talker
     # behind them, and is not interpreted; 0 = off (everyone the microphone hears). While the
     # speaker speaks on, speaker_hold_db under still passes: their quieter words. (A talker
-    # 10 dB below: talker-only audio inside utterances 95 % -> 29 %, the speaker's own
+    # 10 dB below: talker-only audio inside utterances 95 % -> 27 %, the speaker's own
     # sentences trailing off 6 dB kept; see docs/performance.md, the room.)
     speaker_gate_db: float = Between(0.0, 40.0, 8.0)
-    speaker_hold_db: float = Between(0.0, 40.0, 12.0)
+    speaker_hold_db: float = Between(0.0, 40.0, 10.0)
 
     @model_validator(mode="after")
     def _agree_not_too_often(self) -> SegmenterActorConfig:
