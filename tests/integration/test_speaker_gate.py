@@ -93,7 +93,9 @@ def test_a_quieter_talker_in_the_pauses_is_not_interpreted(vad, clips, talker):
     assert inside(gated, t0, t1) == 0, [(u.start_sample / BUS_RATE, u.end_sample / BUS_RATE)
                                         for u in gated]
     # ... and reported: where, and how far under the speaker
-    assert rejected and all(t0 <= r.start and r.end <= t1 + 512 for r in rejected), rejected
+    # (the VAD hears speech for a few windows after it stops: up to 0.3 s late)
+    assert rejected and all(t0 <= r.start and r.end <= t1 + int(0.3 * BUS_RATE)
+                            for r in rejected), rejected
     assert sum(r.end - r.start for r in rejected) > 0.5 * len(talk)
     assert all(r.below_db > DEFAULTS["speaker_gate_db"].default for r in rejected)
     # the speaker is interpreted whole, both times
