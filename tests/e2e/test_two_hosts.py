@@ -263,8 +263,14 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
     messages = _messages(tmp_path)
     # Each stranger was refused for what it is (counted by why, on the socket it tried).
     counted = {a: _statuses(messages, a)[-1][1].counters for a in ("capture", "segmenter")}
-    for why in ("refused_no_curve", "refused_key", "refused_server_key"):
+    for why in ("refused_key", "refused_server_key"):
         assert counted["capture"].get(why, 0) >= 1, (why, counted["capture"])
+    # Without CURVE: the mechanism mismatch, unless the stranger, which sees it too, hung up
+    # and its reset reached capture before capture had read its greeting (seen beside two
+    # CPU hogs): then capture cannot tell why, and counts it `refused_other`.
+    no_curve = sum(counted["capture"].get(why, 0) for why in ("refused_no_curve",
+                                                              "refused_other"))
+    assert no_curve >= 1, counted["capture"]
     assert counted["segmenter"].get("refused_key", 0) >= 1, counted["segmenter"]
     # Clocks: each side knows the other's offset (NTP-style, from the heartbeats) ...
     for src, other, shift in (("player", "ultra", CLOCK_SHIFT_S), ("asr", "ultra", CLOCK_SHIFT_S),

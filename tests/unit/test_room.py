@@ -112,3 +112,6 @@ def test_analyse_reads_wer_intrusions_made_up_lines_and_latency_per_condition():
     table = room.markdown(out)
     assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | 1.25 (+0.25) |" in table
     assert "| no speech: silence | - | - | 1 | 1.00 |" in table
+    fast = room.markdown(out, real_time=False)   # --fast: no latency to speak of
+    assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | - |" in fast
+    assert "no latency is given" in fast

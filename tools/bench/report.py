@@ -311,7 +311,8 @@ def markdown(report: dict) -> str:
     if isinstance(report.get("room"), dict):
         from voxweft.tools.bench.room import markdown as room_markdown
 
-        lines += ["", *room_markdown(report["room"]).splitlines()]
+        real_time = not _dict(report.get("config")).get("fast")
+        lines += ["", *room_markdown(report["room"], real_time).splitlines()]
     if isinstance(report.get("terms"), dict):
         from voxweft.tools.bench.terms import markdown as terms_markdown
 

@@ -346,11 +346,14 @@ def analyse(report: dict, manifest: dict) -> dict:
     return out
 
 
-def markdown(room: dict) -> str:
-    """The room table of a report."""
+def markdown(room: dict, real_time: bool = True) -> str:
+    """The room table of a report; latency only of a real-time run (`--fast` has none)."""
     lines = ["## The room", "",
              "| condition | WER | intrusions (talker words spoken) | lines on no speech "
              "| latency p50 s (cost) |", "|---|---|---|---|---|"]
+    if not real_time:
+        lines[2:2] = ["(--fast: the file is read faster than real time, so no latency is "
+                      "given; run without --fast for the latency cost)", ""]
     for name, e in room.items():
         wer = f"{100 * e['wer']:.1f} %" if "wer" in e else "-"
         intr = e.get("intrusions")
@@ -359,6 +362,7 @@ def markdown(room: dict) -> str:
         said = str(e["lines"]) if "lines" in e else "-"
         lat = e["latency_p50_s"]
         cost = e["latency_cost_s"]
-        lat = "-" if lat is None else f"{lat:.2f}" + (f" ({cost:+.2f})" if cost else "")
+        lat = "-" if lat is None or not real_time else \
+            f"{lat:.2f}" + (f" ({cost:+.2f})" if cost else "")
         lines.append(f"| {name} | {wer} | {intr} | {said} | {lat} |")
     return "\n".join(lines) + "\n"
