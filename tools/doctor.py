@@ -41,12 +41,6 @@ from voxweft.tools.languages import format_report
 #: Distributions whose versions the report names ("-" when absent).
 PACKAGES = ("voxweft", "mlx", "mlx-metal", "mlx-whisper", "mlx-audio", "voxcpm", "torch",
             "ctranslate2", "faster-whisper", "onnxruntime")
-#: What the engines without an ENGINE_NEEDS entry import when they load, one tuple per
-#: backend: such an engine is installed when every package of one tuple is.
-LOAD_NEEDS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
-    ("mt", "ctranslate2"): (("ctranslate2",),),
-    ("tts", "voxcpm2"): (("voxcpm", "torch"), ("mlx", "mlx_audio")),
-}
 #: How long one engine may take to load and warm up before it is given up on.
 MEASURE_TIMEOUT_S = 1800
 MEASURE_HINT = "run `voxweft doctor --measure` to time the engines here (loads each model once; " \
@@ -168,9 +162,7 @@ def engines_installed() -> list[dict]:
     for stage, table in ENGINES.items():
         for name, where in table.items():
             if (stage, name) in ENGINE_NEEDS:
-                options = [_missing(*ENGINE_NEEDS[(stage, name)])]
-            elif (stage, name) in LOAD_NEEDS:
-                options = [_missing(packages) for packages in LOAD_NEEDS[(stage, name)]]
+                options = [_missing(*needs) for needs in ENGINE_NEEDS[(stage, name)]]
             else:   # unknown needs: at least its own module must be there
                 options = [_missing((where.split(":")[0],))]
             missing = min(options, key=len)

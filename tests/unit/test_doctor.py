@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from voxweft.actors.settings.manifest import ENGINES
+from voxweft.actors.settings.manifest import ENGINE_NEEDS, ENGINES
 from voxweft.tools import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,9 +103,14 @@ def test_a_host_that_cannot_run_here_still_gets_its_memory_line(tmp_path):
     assert doctor.topology_lines(report) == [f"broken.toml: does not load: {report['error']}"]
 
 
-def test_engines_without_a_manifest_entry_are_looked_up_by_what_they_load():
+def test_every_engine_says_what_it_needs_and_one_backend_is_enough():
+    assert {(stage, name) for stage, table in ENGINES.items() for name in table} == \
+        set(ENGINE_NEEDS)
     rows = {(r["stage"], r["engine"]): r for r in doctor.engines_installed()}
     assert rows[("mt", "ctranslate2")]["installed"] is True   # faster-whisper needs it
+    # VoxCPM2 runs on torch here (installed by tools/install.sh), on mlx on a Mac
+    assert rows[("tts", "voxcpm2")]["installed"] is True
+    assert len(ENGINE_NEEDS[("tts", "voxcpm2")]) == 2
     assert doctor._missing(("no_such_package_xyz", "json"), ("no-such-program-xyz", "sh")) == [
         "no_such_package_xyz", "no-such-program-xyz (program)"]
 
