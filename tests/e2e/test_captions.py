@@ -19,9 +19,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import soundfile as sf
 from PIL import Image
 
-from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
+from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k
+from voxweft.protocol.messages import BUS_RATE
+from voxweft.tools.bench import room
 from voxweft.tools.interpret import free_ports
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -73,12 +76,34 @@ def _serving(page: str) -> bool:
 def _rows(driver) -> list[dict]:
     """Each caption row's utterance id and texts, top to bottom, and whether still drafts."""
     return driver.execute_script("""
-        return [...document.querySelectorAll('#captions .utt')].map(r => ({
+        return [...document.querySelectorAll('#captions .utt:not(.ignored)')].map(r => ({
           utt: r.dataset.utt,
           src: r.querySelector('.src').textContent,
           tgt: r.querySelector('.tgt').textContent,
           draft: !!r.querySelector('.draft'),
           lat: r.querySelector('.lat').textContent}));""")
+
+
+def _ignored(driver) -> tuple[list[str], str]:
+    """The texts of the rows of speech not interpreted, and the header's count of them."""
+    return driver.execute_script("""
+        const c = document.querySelector('#stats .ignored');
+        return [[...document.querySelectorAll('#captions .utt.ignored .src')]
+                  .map(e => e.textContent), c ? c.textContent : ''];""")
+
+
+def _session_with_a_talker(path: Path, clips: list[Path], pause_s: float = 2.0) -> None:
+    """The clips `pause_s` apart, and after the second a pause where a second talker (piper's
+    man, 14 dB under the speaker, as at the next stand) says a sentence alone."""
+    speech = [read_16k(clip) for clip in clips]
+    talk, _ = room.talker_speech(2.0)
+    level = room.active_rms(np.concatenate(speech))
+    talk = talk / room.active_rms(talk) * level * 10 ** (-14 / 20)
+    pause = np.zeros(round(pause_s * BUS_RATE), np.float32)
+    parts = [pause]
+    for i, clip in enumerate(speech):
+        parts += [clip, pause] + ([talk.astype(np.float32), pause] if i == 1 else [])
+    sf.write(path, np.concatenate(parts), BUS_RATE, subtype="PCM_16")
 
 
 def _conn(driver) -> str:
@@ -120,7 +145,7 @@ def _words(text: str) -> str:
 
 def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, browser):
     session = tmp_path / "talk.wav"
-    write_session(session, corpus_clips()[:5], pause_s=2.0)
+    _session_with_a_talker(session, corpus_clips()[:5])
     out = tmp_path / "out"
     port = free_ports(1)[0]
     log = open(tmp_path / "interpret.log", "w")  # noqa: SIM115 - closed by the OS at exit
@@ -158,6 +183,13 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
             "return document.querySelector(\"#actors .actor[data-name='mt'] .restarts\")"
             ".textContent")
         assert restarts == "↻1", restarts   # one restart, on mt's own chip
+        # The second talker is not interpreted: the captions say so where they spoke, and why,
+        # and the header counts it.
+        texts, count = _wait("the talker shown as ignored", lambda: _ignored(browser)[0] and
+                             _ignored(browser), 120, proc)
+        assert all(re.fullmatch(r"\(\d+\.\d s not interpreted: not the speaker: \d+ dB "
+                                r"under their level\)", t) for t in texts), texts
+        assert count == f"{len(texts)} ignored", (count, texts)
         # Not blank: mid-talk, the screenshot has text and colour on it.
         _wait("three translations", lambda: len([r for r in _rows(browser) if r["lat"]]) >= 3,
               120, proc)

@@ -115,3 +115,31 @@ def test_analyse_reads_wer_intrusions_made_up_lines_and_latency_per_condition():
     fast = room.markdown(out, real_time=False)   # --fast: no latency to speak of
     assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | - |" in fast
     assert "no latency is given" in fast
+
+
+def test_an_intrusion_is_a_talker_word_added_not_one_heard_for_the_speakers():
+    """ "and" in place of the speaker's "than" is a WER error; "morning" after "modern" and
+    "salt" after the sentence are the talker's words spoken."""
+    manifest = {
+        "conditions": [{"kind": "talker", "name": "talker -10 dB"}],
+        "files": {
+            f"{n}@talker": {"condition": "talker -10 dB", "kind": "talker", "reference": ref,
+                            "talker_lines": ["Good morning, pass the salt and the honey."],
+                            "talker_words": 8}
+            for n, ref in (("a", "than in the same operations"), ("b", "comparatively modern"))}}
+    rows = [_row("a@talker", "And in the same operations, the salt."),
+            _row("b@talker", "comparatively modern morning")]
+    talker = room.analyse({"utterances": rows}, manifest)["talker -10 dB"]
+    # "and" is heard for "than"; "the" is the speaker's word too
+    assert talker["intrusions"] == {"words": 2, "talker_words": 16, "share": 0.125,
+                                    "examples": ["morning", "salt"]}
+    assert talker["wer"] == pytest.approx((1 + 2 + 1) / 7, abs=1e-4)
+
+
+def test_inserted_words_are_the_additions_of_the_alignment():
+    from voxweft.tools.bench.metrics import inserted_words
+
+    assert inserted_words("than in the same", "And in the same, the salt.") == ["the", "salt"]
+    assert inserted_words("a b c", "a b c") == []
+    assert inserted_words("", "Thank you.") == ["thank", "you"]
+    assert inserted_words("a b", "") == []

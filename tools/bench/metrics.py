@@ -118,6 +118,24 @@ def wer(references: Sequence[str], hypotheses: Sequence[str]) -> dict:
     return result
 
 
+def inserted_words(reference: str, hypothesis: str) -> list[str]:
+    """The hypothesis's words that the minimum edit alignment to the reference inserts.
+
+    Both sides normalised (:func:`normalize_text`); a word heard in place of a reference word
+    (a substitution) is not one of them.
+    """
+    ref, hyp = normalize_text(reference or ""), normalize_text(hypothesis or "")
+    if not hyp:
+        return []
+    words = hyp.split()
+    if not ref:
+        return words
+    import jiwer
+
+    chunks = jiwer.process_words(ref, hyp).alignments[0]
+    return [w for c in chunks if c.type == "insert" for w in words[c.hyp_start_idx:c.hyp_end_idx]]
+
+
 def mt_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     """Corpus BLEU and chrF with sacrebleu's default settings (one reference per segment).
 

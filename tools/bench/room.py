@@ -17,8 +17,10 @@ corpus, a room corpus that the bench interprets in one session:
 
 Everything is generated here from data the repository carries, with a fixed seed. `analyse`
 reads the bench report back per condition: ASR WER against the speaker's words; intrusions
-(the second talker's own words, those not in the speaker's text, in the transcripts of the
-utterances that were spoken, against the talker's words that played under the clips); the
+(the second talker's own words, those not in the speaker's text, that the transcripts of the
+utterances spoken add to the speaker's words, against the talker's words that played under
+the clips: a word heard in place of one of the speaker's, "and" for "than", is an error of
+the WER, not an intrusion); the
 lines committed on no-speech input (hallucinations); and the latency (speech end to first
 audio, p50) against the clean clips'.
 """
@@ -328,10 +330,9 @@ def analyse(report: dict, manifest: dict) -> dict:
                 own = set(benchmetrics.normalize_text(e["reference"] or "").split())
                 theirs = set(_talker_words(e["talker_lines"])) - own
                 said += e["talker_words"]
-                for r in rows_of.get(f, []):
-                    if spoken(r):
-                        words = benchmetrics.normalize_text(r["text"] or "").split()
-                        intruded += [w for w in words if w in theirs]
+                heard = " ".join(r["text"] or "" for r in rows_of.get(f, []) if spoken(r))
+                intruded += [w for w in benchmetrics.inserted_words(e["reference"], heard)
+                             if w in theirs]
             entry["intrusions"] = {"words": len(intruded), "talker_words": said,
                                    "share": round(len(intruded) / said, 4) if said else None,
                                    "examples": sorted(set(intruded))[:12]}
