@@ -3,7 +3,9 @@
 Both engines at their defaults (greedy, 5 s windows, English) on the five LJ Speech clips: the
 MLX engine converts the packaged CTranslate2 weights into a fresh models folder on its first
 load, then must come within 1 point of faster-whisper's WER and say the same words on at least
-4 of the 5 clips. On a 2-core Linux machine without an OpenBLAS preload this takes ~1-2 min
+4 of the 5 clips. The same converted model then takes a glossary (the names it is told are
+heard) and applies Whisper's no-speech rule (noise makes no words), as faster-whisper does in
+tests/unit/test_asr_mt.py. On a 2-core Linux machine without an OpenBLAS preload this takes ~1-2 min
 (MLX's reference BLAS); with one, or on Apple silicon, seconds.
 """
 
@@ -61,3 +63,32 @@ def test_converted_base_hears_what_faster_whisper_hears(tmp_path, monkeypatch):
     assert mlx_wer <= fw_wer + 0.01
     assert same >= len(clips) - 1
     assert mlx.fallbacks == 0   # no 5 s window looped on these clips
+
+    # A glossary: told the bench glossary's terms as its prompt, it hears the names.
+    from voxweft.actors.glossary import Glossary
+    from voxweft.tools.bench import room, terms
+
+    say = room.reader()
+    lines = ["Siobhan Nakamura presented the new speech synthesis results this morning.",
+             "Voxweft runs the whole interpreter on a laptop without the cloud.",
+             "The CTranslate2 library makes the translation model twice as fast."]
+    names = ["Siobhan Nakamura", "Voxweft", "CTranslate2"]
+    speech = [say(line) for line in lines]
+    without = [mlx.transcribe(pcm, "en") for pcm in speech]
+    mlx.prompt = Glossary.read(terms.files("en", "pt")[0]).prompt()
+    told = [mlx.transcribe(pcm, "en") for pcm in speech]
+    mlx.prompt = ""
+    heard = sum(n in t for n, t in zip(names, told, strict=True))
+    print(f"glossary: names heard {heard}/3 with it, "
+          f"{sum(n in t for n, t in zip(names, without, strict=True))}/3 without: {told}")
+    assert heard >= 2 and heard > sum(n in t for n, t in zip(names, without, strict=True)), \
+        (told, without)
+
+    # Whisper's own no-speech rule: noise the VAD let through makes no words.
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    noises = [room.white(48000, rng) * 10 ** (-30 / 20), room.pink(48000, rng) * 0.1]
+    before = mlx.no_speech
+    said = [mlx.transcribe(n.astype(np.float32), "en") for n in noises]
+    assert said == ["", ""] and mlx.no_speech - before == 2, said
