@@ -190,6 +190,9 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
         assert all(re.fullmatch(r"\(\d+\.\d s not interpreted: not the speaker: \d+ dB "
                                 r"under their level\)", t) for t in texts), texts
         assert count == f"{len(texts)} ignored", (count, texts)
+        assert browser.execute_script(   # nothing is awaited for it: no "…" where MT would be
+            "return [...document.querySelectorAll('#captions .utt.ignored .tgt')]"
+            ".every(e => !e.classList.contains('draft') && !e.textContent)")
         # Not blank: mid-talk, the screenshot has text and colour on it.
         _wait("three translations", lambda: len([r for r in _rows(browser) if r["lat"]]) >= 3,
               120, proc)

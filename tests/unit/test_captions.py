@@ -95,6 +95,7 @@ def test_speech_that_is_not_the_speakers_shows_as_ignored_and_why():
     rejected = VadEvent(event="rejected", media_s=2.0, end_s=3.4, reason=why, seq=7)
     (kind, u), (_, stats) = r.apply(rejected)
     assert kind == "utterance" and u["ignored"] == f"1.4 s not interpreted: {why}"
+    assert u["source_final"] and u["target_final"] and not u["target"]   # no "…" to wait on
     assert not u["source"] and not u["spoken"] and u["order"] == 2
     assert stats["ignored"] == 1 and stats["utterances"] == 1 and stats["spoken_share"] is None
     assert r.apply(rejected) == []                                   # heard twice: once

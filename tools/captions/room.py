@@ -243,6 +243,7 @@ class Room:
         self.ignored += 1
         u = self._utterance(key)
         u["ignored"] = f"{max(msg.end_s - msg.media_s, 0.0):.1f} s not interpreted: {msg.reason}"
+        u["source_final"] = u["target_final"] = True   # nothing more will come for it
         return [("utterance", dict(u)), self.stats()]
 
     def _playback(self, msg: PlaybackEvent) -> list[Event]:
