@@ -17,6 +17,12 @@ from voxweft.tools.bench import DEFAULT_CORPUS
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = DEFAULT_CORPUS   # the five LJ Speech clips the repository carries
 VOXWEFT = [sys.executable, "-m", "voxweft.tools.cli"]
+#: Sentences with three of the bench glossary's names (tools/bench/terms), read by piper in
+#: the tests that check a Whisper engine told the glossary hears them.
+GLOSSARY_LINES = ("Siobhan Nakamura presented the new speech synthesis results this morning.",
+                  "Voxweft runs the whole interpreter on a laptop without the cloud.",
+                  "The CTranslate2 library makes the translation model twice as fast.")
+GLOSSARY_NAMES = ("Siobhan Nakamura", "Voxweft", "CTranslate2")
 
 
 def corpus_clips() -> list[Path]:

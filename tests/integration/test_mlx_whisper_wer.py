@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import corpus_clips, read_16k
+from tests.conftest import GLOSSARY_LINES, GLOSSARY_NAMES, corpus_clips, read_16k
 from voxweft.tools.bench.metrics import normalize_text, wer
 
 pytest.importorskip("mlx.core", reason="mlx is not installed (Linux: pip install 'mlx[cpu]')")
@@ -69,11 +69,8 @@ def test_converted_base_hears_what_faster_whisper_hears(tmp_path, monkeypatch):
     from voxweft.tools.bench import room, terms
 
     say = room.reader()
-    lines = ["Siobhan Nakamura presented the new speech synthesis results this morning.",
-             "Voxweft runs the whole interpreter on a laptop without the cloud.",
-             "The CTranslate2 library makes the translation model twice as fast."]
-    names = ["Siobhan Nakamura", "Voxweft", "CTranslate2"]
-    speech = [say(line) for line in lines]
+    names = GLOSSARY_NAMES
+    speech = [say(line) for line in GLOSSARY_LINES]
     without = [mlx.transcribe(pcm, "en") for pcm in speech]
     mlx.prompt = Glossary.read(terms.files("en", "pt")[0]).prompt()
     told = [mlx.transcribe(pcm, "en") for pcm in speech]

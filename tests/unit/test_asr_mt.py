@@ -10,7 +10,7 @@ import jiwer
 import numpy as np
 import pytest
 
-from tests.conftest import corpus_clips, read_16k
+from tests.conftest import GLOSSARY_LINES, GLOSSARY_NAMES, corpus_clips, read_16k
 from tests.unit.helpers import run_actor
 from voxweft.actors.asr import AsrActor, agreed_prefix, agreed_words, frame_db, quiet_runs
 from voxweft.actors.engines.asr import degenerate
@@ -377,10 +377,7 @@ def test_a_glossary_makes_whisper_hear_its_names_and_mt_say_its_terms(whisper, t
     plain_topo = load(None)
     topo = plain_topo.with_overrides({"pipeline": {"glossary": str(glossary_path)}})
     say = room.reader()
-    lines = ["Siobhan Nakamura presented the new speech synthesis results this morning.",
-             "Voxweft runs the whole interpreter on a laptop without the cloud.",
-             "The CTranslate2 library makes the translation model twice as fast."]
-    names = ["Siobhan Nakamura", "Voxweft", "CTranslate2"]
+    lines, names = GLOSSARY_LINES, GLOSSARY_NAMES
     asr = AsrActor(topo, topo.actors["asr"])
     asr.load()                                  # its own model, told the glossary's terms
     assert asr.engine.prompt.startswith("Siobhan Nakamura, Aoife Brennan")
