@@ -338,6 +338,26 @@ def test_a_restarted_utterance_is_cut_to_one():
         assert cut_restart(said) == said
 
 
+def test_a_decode_that_starts_over_is_decoded_again_whole():
+    """Whisper base (int8) in its 5 s window says LJ001-0013 twice and then a quieter
+    talker's words; the engine decodes it again in the full window and says it once."""
+    import soundfile as sf
+
+    from tests.conftest import ROOT
+    from voxweft.actors.engines.asr import starts_over
+
+    assert starts_over("A b c. A b c. Did you pass?") and starts_over("a b c d a b c")
+    for said in ("I said no, no, no, no.", "then in the same operations", "Yes.", ""):
+        assert not starts_over(said)
+    assert starts_over("one two three one two three four")   # decoded again, not cut
+
+    pcm, _ = sf.read(ROOT / "tests" / "data" / "restart-talker.wav", dtype="float32")
+    engine = FasterWhisperEngine(threads=2, compute_type="int8")
+    engine.load()
+    said = engine.transcribe(pcm, "en")
+    assert said.lower().count("in the same operations with ugly ones") == 1, said
+
+
 def test_auto_compute_type_measures_both_kernels_and_keeps_the_faster():
     from voxweft.actors import budget
     from voxweft.actors.engines.asr.faster_whisper import AUTO_CHOICES

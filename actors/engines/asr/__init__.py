@@ -89,6 +89,21 @@ def cut_restart(text: str) -> str:
     return text
 
 
+def starts_over(text: str) -> bool:
+    """Whisper began the utterance again inside its text and may have gone on after it.
+
+    From some word on (the fourth or later), the text repeats its opening words, as far as it
+    goes or the whole opening once: "A B C. A B" (what :func:`cut_restart` cuts) and also
+    "A B C. A B C. D" (seen with a quieter talker after the speaker's sentence: "... with
+    ugly ones. Then in the same operations with ugly ones. Did you pass?"). Such a decode is
+    not trusted; the engines decode the utterance again in Whisper's own 30 s window, which
+    says a real repetition ("one two three, one two three four") again.
+    """
+    keys = [w.lower().strip(".,;:!?\"'") for w in text.split()]
+    n = len(keys)
+    return any(keys[k:k + min(k, n - k)] == keys[:min(k, n - k)] for k in range(3, n - 2))
+
+
 def degenerate(text: str, duration_s: float) -> bool:
     """Whisper looping: far more words than anyone says, or highly repetitive text."""
     words = len(text.split())

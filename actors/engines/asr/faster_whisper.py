@@ -12,7 +12,13 @@ from pydantic import Field, field_validator
 
 from voxweft.actors import budget
 from voxweft.actors.engines import models
-from voxweft.actors.engines.asr import AsrEngine, NoSpeechRule, cut_restart, degenerate
+from voxweft.actors.engines.asr import (
+    AsrEngine,
+    NoSpeechRule,
+    cut_restart,
+    degenerate,
+    starts_over,
+)
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
@@ -175,7 +181,7 @@ class FasterWhisperEngine(AsrEngine):
         # once in 45 LJ utterances: 0.3 s to retry in 10 s, 2.4 s with the full model).
         if window_s < self.FULL_WINDOW_S:
             text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s)[0])
-            if not degenerate(text, duration_s):
+            if not degenerate(text, duration_s) and not starts_over(text):
                 return text
             self.fallbacks += 1
         segments, _info = self.model.transcribe(
@@ -210,7 +216,7 @@ class FasterWhisperEngine(AsrEngine):
         if window_s >= self.FULL_WINDOW_S:
             return None
         text, tokens, encoded, tok = self._decode_window(pcm, lang, window_s, duration_s)
-        if not tokens or degenerate(text, duration_s) or cut_restart(text) != text:
+        if not tokens or degenerate(text, duration_s) or starts_over(text):
             return None
         frames = min(window_s * 100, int(np.ceil(duration_s * 100)))
         timed: list[tuple[str, float, float]] = []

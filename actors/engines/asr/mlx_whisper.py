@@ -13,8 +13,9 @@ faster-whisper engine, an utterance is encoded in a window of `window_s` multipl
 of margin instead of Whisper's 30 s: MLX's encoder refuses any input but 30 s (it checks the
 shape against its 1500 sinusoidal positions), so the positions are cut to the window for the
 call. Whisper in a window barely longer than the speech repeats itself ("A. A. A.", measured
-on LJ clips in 2-3 s windows): `cut_restart` keeps one copy, and a text still degenerate is
-decoded again with the full window; with the default 5 s steps neither fired on our corpus.
+on LJ clips in 2-3 s windows): `cut_restart` keeps one copy, and a text still degenerate, or
+that starts over and goes on (`starts_over`), is decoded again with the full window; with
+the default 5 s steps neither fired on our corpus.
 
 On Linux MLX runs on the CPU. Measured on 2 cores, the 5 LJ clips (2-6 s), same words as
 faster-whisper on all 5: float32 1.5 s per utterance with OpenBLAS preloaded (LD_PRELOAD),
@@ -37,7 +38,13 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors.engines import mlx, models
-from voxweft.actors.engines.asr import AsrEngine, NoSpeechRule, cut_restart, degenerate
+from voxweft.actors.engines.asr import (
+    AsrEngine,
+    NoSpeechRule,
+    cut_restart,
+    degenerate,
+    starts_over,
+)
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
@@ -251,7 +258,7 @@ class MlxWhisperEngine(AsrEngine):
         window_s = step * int(np.ceil((duration_s + 1) / step))
         if window_s < FULL_WINDOW_S:
             text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
-            if not degenerate(text, duration_s):
+            if not degenerate(text, duration_s) and not starts_over(text):
                 return text
             self.fallbacks += 1
         if duration_s <= FULL_WINDOW_S - 1:
