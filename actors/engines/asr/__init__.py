@@ -76,32 +76,38 @@ class NoSpeechRule(Settings):
                 and mean_logprob < self.logprob_threshold)
 
 
-def cut_restart(text: str) -> str:
-    """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one.
+def _restarts(text: str) -> tuple[list[str], list[tuple[int, bool]]]:
+    """The words of `text`, and where it starts over, with whether it does so to its end.
 
-    Words compare without case and punctuation: tiny.en looped "then ... Then ... Then in the".
+    Word k (the fourth or later, three or more before the end) starts over when from it the
+    text repeats its opening, as far as it goes or the whole opening once; to its end when all
+    that follows is the opening again. Words compare without case and punctuation: tiny.en
+    looped "then ... Then ... Then in the".
     """
     words = text.split()
     keys = [w.lower().strip(".,;:!?\"'") for w in words]
-    for k in range(3, len(words) - 2):   # from word k to the end, the text starts over
-        if keys[k:] == keys[:len(words) - k]:
-            return " ".join(words[:k])
-    return text
+    n = len(keys)
+    return words, [(k, keys[k:] == keys[:n - k]) for k in range(3, n - 2)
+                   if keys[k:k + min(k, n - k)] == keys[:min(k, n - k)]]
+
+
+def cut_restart(text: str) -> str:
+    """Whisper in a short window sometimes starts the utterance over ("A B C. A B"): keep one."""
+    words, restarts = _restarts(text)
+    to_end = [k for k, at_end in restarts if at_end]
+    return " ".join(words[:to_end[0]]) if to_end else text
 
 
 def starts_over(text: str) -> bool:
     """Whisper began the utterance again inside its text and may have gone on after it.
 
-    From some word on (the fourth or later), the text repeats its opening words, as far as it
-    goes or the whole opening once: "A B C. A B" (what :func:`cut_restart` cuts) and also
-    "A B C. A B C. D" (seen with a quieter talker after the speaker's sentence: "... with
-    ugly ones. Then in the same operations with ugly ones. Did you pass?"). Such a decode is
-    not trusted; the engines decode the utterance again in Whisper's own 30 s window, which
-    says a real repetition ("one two three, one two three four") again.
+    "A B C. A B" (what :func:`cut_restart` cuts) and also "A B C. A B C. D" (seen with a
+    quieter talker after the speaker's sentence: "... with ugly ones. Then in the same
+    operations with ugly ones. Did you pass?"). Such a decode is not trusted; the engines
+    decode the utterance again in Whisper's own 30 s window, which says a real repetition
+    ("one two three, one two three four") again.
     """
-    keys = [w.lower().strip(".,;:!?\"'") for w in text.split()]
-    n = len(keys)
-    return any(keys[k:k + min(k, n - k)] == keys[:min(k, n - k)] for k in range(3, n - 2))
+    return bool(_restarts(text)[1])
 
 
 def degenerate(text: str, duration_s: float) -> bool:
