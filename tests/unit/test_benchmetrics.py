@@ -63,6 +63,18 @@ def test_wer_length_mismatch():
         bm.wer(["a"], [])
 
 
+def test_matched_words_are_hits_and_substitutions_not_deletions():
+    # "sat" misheard as "bat" is heard and voiced (the WER counts it); the second sentence was
+    # never transcribed (ignored, or not spoken): its 4 words are against the share
+    refs = ["The cat sat down. And then he left."]
+    assert bm.matched_words(refs, ["the cat bat down"]) == (4, 8)
+    assert bm.matched_words(refs, ["the cat sat down and then he left, you see"]) == (8, 8)
+    assert bm.matched_words(["one two", "", "three"], ["", "noise", None]) == (0, 3)
+    assert bm.matched_words(["", "..."], ["a", "b"]) == (0, 0)
+    with pytest.raises(ValueError):
+        bm.matched_words(["a"], [])
+
+
 # ---------------------------------------------------------------------------- MT
 
 

@@ -2,7 +2,8 @@
 
 These docstrings are the documented definitions of the figures in a bench report:
 
-- ASR quality: corpus word error rate after :func:`normalize_text` (:func:`wer`).
+- ASR quality: corpus word error rate after :func:`normalize_text` (:func:`wer`); the
+  reference words whose translation was spoken, by the same alignment (:func:`matched_words`).
 - MT quality: sacrebleu corpus BLEU and chrF with default settings (:func:`mt_scores`).
 - Long-form latency of the spoken output, as SimulEval defines it for speech output
   (facebookresearch/SimulEval, ``simuleval/evaluator/instance.py``, ``SpeechOutputInstance``,
@@ -87,6 +88,26 @@ def normalize_text(text: str) -> str:
     return " ".join("".join(out).split())
 
 
+def _aligned(references: Sequence[str], hypotheses: Sequence[str]):
+    """Both sides normalised, the pairs whose reference has words, and jiwer's alignment.
+
+    Returns ``(refs, output)``; ``output`` is None when no reference has words.
+    """
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
+    refs, hyps = [], []
+    for ref, hyp in zip(references, hypotheses, strict=True):
+        ref_n = normalize_text(ref or "")
+        if ref_n:
+            refs.append(ref_n)
+            hyps.append(normalize_text(hyp or ""))
+    if not refs:
+        return refs, None
+    import jiwer
+
+    return refs, jiwer.process_words(refs, hyps)
+
+
 def wer(references: Sequence[str], hypotheses: Sequence[str]) -> dict:
     """Corpus word error rate (jiwer) after :func:`normalize_text`.
 
@@ -98,24 +119,26 @@ def wer(references: Sequence[str], hypotheses: Sequence[str]) -> dict:
     "deletions", "insertions", "reference_words"}``; ``wer`` is None when no reference has
     words.
     """
-    if len(references) != len(hypotheses):
-        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
-    refs, hyps = [], []
-    for ref, hyp in zip(references, hypotheses, strict=True):
-        ref_n = normalize_text(ref or "")
-        if ref_n:
-            refs.append(ref_n)
-            hyps.append(normalize_text(hyp or ""))
+    refs, out = _aligned(references, hypotheses)
     result = {"wer": None, "substitutions": 0, "deletions": 0, "insertions": 0,
               "reference_words": sum(len(r.split()) for r in refs)}
-    if not refs:
-        return result
-    import jiwer
-
-    out = jiwer.process_words(refs, hyps)
-    result.update(wer=round(float(out.wer), 4), substitutions=out.substitutions,
-                  deletions=out.deletions, insertions=out.insertions)
+    if out is not None:
+        result.update(wer=round(float(out.wer), 4), substitutions=out.substitutions,
+                      deletions=out.deletions, insertions=out.insertions)
     return result
+
+
+def matched_words(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[int, int]:
+    """``(matched, words)``: the reference words the alignment matches to a hypothesis word.
+
+    Definition: the same normalisation and minimum edit alignment as :func:`wer`, pair by
+    pair; a reference word is matched when it aligns to a hypothesis word, the same (a hit)
+    or another (a substitution: it was heard, maybe misheard, which the WER counts);
+    a deleted one is not. ``matched = H + S`` of the ``words = H + S + D`` reference words.
+    """
+    refs, out = _aligned(references, hypotheses)
+    words = sum(len(r.split()) for r in refs)
+    return (0, words) if out is None else (out.hits + out.substitutions, words)
 
 
 def inserted_words(reference: str, hypothesis: str) -> list[str]:
