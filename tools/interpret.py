@@ -35,7 +35,7 @@ from voxweft.protocol.messages import (
     trace_ns,
 )
 from voxweft.tools.captions import url
-from voxweft.tools.captions.room import SpokenShare
+from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.languages import fit_engines
 from voxweft.tools.latency import summarize, utterance_latency
 from voxweft.tools.subtitles import NOT_SPOKEN, write_subtitles
@@ -109,6 +109,9 @@ class Collector:
         self.ended: dict[str, PlaybackEvent] = {}
         self.done: set[str] = set()
         self.eos: EndOfStream | None = None
+        # Speech the segmenter did not interpret (its speaker gate), by where it started:
+        # a restarted segmenter that reads the same audio again says it once more.
+        self.ignored: dict[float, VadEvent] = {}
         self.latest: dict[str, Status] = {}
         self.progress_at = time.monotonic()   # when an utterance last moved
         self.verdict: tuple[bool, list[str]] | None = None   # the budget, said at ready
@@ -125,6 +128,8 @@ class Collector:
         self.progress_at = time.monotonic()
         if isinstance(msg, VadEvent) and msg.event == "end":
             self.committed.append(msg.utt)
+        elif isinstance(msg, VadEvent) and msg.event == "rejected":
+            self.ignored.setdefault(round(msg.media_s, 2), msg)
         elif isinstance(msg, Done):
             self.done.add(msg.utt)
         elif isinstance(msg, Transcript) and msg.final:
@@ -185,13 +190,34 @@ class Collector:
         ev = self.ended.get(utt)
         return ev.reason if ev and ev.event == "skipped" else ""
 
+    def spoken_whole(self, utt: str) -> bool:
+        """The utterance's translation was played, not skipped, not cut off by the player."""
+        return (utt in self.started and not self.unspoken(utt)
+                and (utt not in self.ended or self.ended[utt].complete))
+
+    def stretches_ignored(self) -> list[dict]:
+        """Each stretch of speech not interpreted, in media order: where, how long, why."""
+        return [{"media_start_s": round(ev.media_s, 3), "media_end_s": round(ev.end_s, 3),
+                 "length_s": round(max(ev.end_s - ev.media_s, 0.0), 3), "reason": ev.reason}
+                for _start, ev in sorted(self.ignored.items())]
+
+    def share(self) -> SpokenShare:
+        """Seconds of speech spoken in translation, of all the speech heard (SpokenShare)."""
+        return SpokenShare.of(
+            ((speech_seconds(self.transcripts[u].trace) if u in self.transcripts else None,
+              self.spoken_whole(u)) for u in self.utterances()),
+            [s["length_s"] for s in self.stretches_ignored()])
+
     def write(self, out_dir: Path, fast: bool, src: str, tgt: str,
               partial: str = "") -> dict:
-        """transcript.jsonl, translation.jsonl, subtitles and latency.json.
+        """transcript.jsonl, translation.jsonl, ignored.jsonl, subtitles and latency.json.
 
         A translation that was not spoken keeps its place in all of them, marked.
         """
         order = self.utterances()
+        with open(out_dir / "ignored.jsonl", "w", encoding="utf-8") as f:
+            for stretch in self.stretches_ignored():
+                f.write(json.dumps(stretch, ensure_ascii=False) + "\n")
         with open(out_dir / "transcript.jsonl", "w", encoding="utf-8") as f:
             for utt in order:
                 t = self.transcripts.get(utt)
@@ -385,19 +411,27 @@ def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: st
               f"partial outputs ({len(collected.transcripts)} utterance(s)) in {out_dir}, "
               f"logs in {out_dir / 'logs'}", file=sys.stderr)
         return code
+    print(summary_line(collected, report, out_dir), flush=True)
+    return 0
+
+
+def ignored_words(stretches: list[dict]) -> str:
+    """How much speech was not interpreted, and why: "4.2 s ignored: not the speaker"."""
+    if not stretches:
+        return "nothing ignored"
+    why = dict.fromkeys(s["reason"].split(":")[0].strip() or "?" for s in stretches)
+    return f"{sum(s['length_s'] for s in stretches):.1f} s ignored: {', '.join(why)}"
+
+
+def summary_line(collected: Collector, report: dict, out_dir: Path) -> str:
+    """The last line: utterances, the share of the speech heard that was spoken, latency."""
+    ignored = ignored_words(collected.stretches_ignored())
     if not collected.utterances():
-        print(f"voxweft: no speech found in the input; outputs in {out_dir}", flush=True)
-        return 0
+        heard = "" if not collected.ignored else f" interpreted ({ignored})"
+        return f"voxweft: no speech{heard or ' found in the input'}; outputs in {out_dir}"
     lat = report["summary"]["speech_end_to_first_audio_s"]
     unspoken = sum(1 for u in collected.utterances() if collected.unspoken(u))
-    spoken = SpokenShare.of(
-        (collected.transcripts[u].text if u in collected.transcripts else "",
-         u in collected.started and not collected.unspoken(u)
-         and (u not in collected.ended or collected.ended[u].complete))   # not cut off
-        for u in collected.utterances())
-    print(f"voxweft: {len(collected.utterances())} utterance(s)"
-          f"{f' ({unspoken} not spoken: too late)' if unspoken else ''}; spoken "
-          f"{spoken.percent()} of the source words; end of speech -> "
-          f"first audio p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}",
-          flush=True)
-    return 0
+    return (f"voxweft: {len(collected.utterances())} utterance(s)"
+            f"{f' ({unspoken} not spoken: too late)' if unspoken else ''}; spoken "
+            f"{collected.share().percent()} of the speech heard ({ignored}); end of speech -> "
+            f"first audio p50 {lat['p50']} s, max {lat['max']} s; outputs in {out_dir}")

@@ -37,7 +37,7 @@ def report(tmp_path_factory):
 
 def test_report_files_and_header(report):
     out, r = report
-    assert r["schema"] == "voxweft-bench/1"
+    assert r["schema"] == "voxweft-bench/2"
     for name in ("report.md", "timeline.png", "session.wav", "output.wav"):
         assert (out / name).stat().st_size > 1000, name
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

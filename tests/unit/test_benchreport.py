@@ -40,7 +40,7 @@ def sample_report():
             "wall_s": 3.0 * i + 2.5})
     t = [60.0 * k for k in range(31)]
     return {
-        "schema": "voxweft-bench/1", "created": "2025-01-02T03:04:05Z",
+        "schema": "voxweft-bench/2", "created": "2025-01-02T03:04:05Z",
         "command": "voxweft bench --corpus samples --soak 30",
         "host": {"platform": "Linux-6.1", "machine": "x86_64", "cpus": 16, "python": "3.12.3",
                  "cpu_model": "Intel(R) Xeon(R) Gold 6338", "vnni": True,
@@ -50,12 +50,18 @@ def sample_report():
                    "tgt_lang": "pt", "fast": False, "pause_s": 1.0, "soak_minutes": 30,
                    "engines": {"asr": "faster-whisper base", "mt": "ctranslate2 nllb",
                                "tts": "piper"}},
-        "spoken": {"share": 0.9734, "words_spoken": 1180, "words": 1212,
-                   "utterances_spoken": 63, "utterances_not_spoken": 2, "utterances": 65,
+        "spoken": {"share": 0.9734, "basis": "reference words", "words_spoken": 1180,
+                   "words": 1212, "speech_share": 0.9521, "heard_s": 390.2, "spoken_s": 371.5,
+                   "ignored_s": 4.2, "ignored": 2, "utterances_spoken": 63,
+                   "utterances_not_spoken": 2, "utterances": 65,
                    "fillers_removed": 12, "pauses_cut_s": 8.44, "lag_speedup": 40,
                    "lag_long_chunks": 12, "lag_skip": 2, "tts_cpu_per_source_s": 1.053,
                    "tts_budget_cpu_per_source_s": 1.092},
         "utterances": utterances,
+        "ignored": [{"file": "lj2", "start_s": 3.1, "session_s": 12.62, "length_s": 1.4,
+                     "reason": "not the speaker: 12 dB under their level"},
+                    {"file": None, "start_s": None, "session_s": 30.0, "length_s": 2.8,
+                     "reason": "not the speaker: 9 dB under their level"}],
         "latency": {"speech_end_to_first_audio_s": _s(0.873), "segment_to_first_audio_s": _s(0.63),
                     "stages_s": {name: _s(max(t, 0.001))
                                  for name, t in zip(STAGES, stage_times, strict=True)}},
@@ -141,14 +147,15 @@ def test_markdown_full_report_has_key_figures():
                    "first chunk made ahead 1.02 s (3), not 2.50 s (3)",
                    "| asr | 90 | 60 | 30 | 0 | 0.67 | 0.92 | 18.20 | 6.10 | 1.52 |"):
         assert needle in md, needle
-    assert md.count("\n") < 110         # compact
+    assert md.count("\n") < 116         # compact (with two stretches ignored listed)
 
 
 def test_markdown_opens_with_the_spoken_share_and_the_machine():
     lines = br.markdown(sample_report()).splitlines()
     assert lines[0].startswith("# voxweft bench")
-    assert lines[2] == ("**Spoken: 97.3 % of the source words** (1180 of 1212 words; 2 of 65 "
-                        "utterances not spoken)")
+    assert lines[2] == ("**Spoken: 97.3 % of the reference words** (1180 of 1212 words; 2 of 65 "
+                        "utterances not spoken; 4.2 s of speech ignored (2 stretches); 95.2 % "
+                        "of the speech heard)")
     assert lines[4] == ("- condensed: fillers removed 12 words, pauses cut 8.4 s; lag steps: "
                         "speed-up 40, long chunks 12, skip 2")
     assert lines[5] == ("- tts CPU 1.05 s per s of source speech (the budget counted on 1.09)")
@@ -156,6 +163,22 @@ def test_markdown_opens_with_the_spoken_share_and_the_machine():
     assert machine == ("- Machine: Intel(R) Xeon(R) Gold 6338, 16 cores, VNNI yes; load 1-min "
                        "avg at start 0.42, at end 2.07; cores busy with other work at start "
                        "0.05, at end 1.02")
+    md = "\n".join(lines)   # every stretch ignored, where (file, media time), how long, why
+    assert "| lj2 | 3.10 | 1.40 | not the speaker: 12 dB under their level | 12.62 |" in md
+    assert "| - | - | 2.80 | not the speaker: 9 dB under their level | 30.00 |" in md
+    heard = sample_report()   # a corpus without reference texts: the seconds of speech
+    heard["spoken"].update(share=0.9521, basis="speech heard", words=None, words_spoken=None)
+    assert br.markdown(heard).splitlines()[2] == (
+        "**Spoken: 95.2 % of the speech heard** (371.5 of 390.2 s; 2 of 65 utterances not "
+        "spoken; 4.2 s of speech ignored (2 stretches))")
+    first = sample_report()   # voxweft-bench/1: the share was of the words transcribed
+    first["schema"] = "voxweft-bench/1"
+    for key in ("basis", "speech_share", "heard_s", "spoken_s", "ignored_s", "ignored"):
+        del first["spoken"][key]
+    md = br.markdown(first)
+    assert "warning" not in md and md.splitlines()[2] == (
+        "**Spoken: 97.3 % of the words transcribed** (1180 of 1212 words; 2 of 65 utterances "
+        "not spoken)")
     old = sample_report()
     del old["spoken"]
     old["host"] = {"cpus": 2}   # a report from before: no headline, the machine unknown
@@ -165,7 +188,7 @@ def test_markdown_opens_with_the_spoken_share_and_the_machine():
 
 
 def test_markdown_tolerates_missing_sections():
-    for report in ({}, {"schema": "voxweft-bench/1"}, {"latency": None, "bus": None,
+    for report in ({}, {"schema": "voxweft-bench/2"}, {"latency": None, "bus": None,
                                                        "quality": None, "soak": None,
                                                        "host": None, "config": None,
                                                        "targets": None, "resources": None}):
@@ -179,7 +202,7 @@ def test_markdown_tolerates_missing_sections():
     r["soak"]["latency_slope"] = None
     r["resources"]["asr"] = {"peak_rss_mb": None}
     r["config"]["engines"] = None
-    r["schema"] = "voxweft-bench/2"
+    r["schema"] = "voxweft-bench/3"
     md = br.markdown(r)
     assert "| ipc | realtime |" in md and "MT BLEU -, chrF -" in md and "warning: schema" in md
 
@@ -263,7 +286,7 @@ def test_compare_missing_keys_and_other_schema():
     old["schema"] = "voxweft-bench/0"
     del old["floor"]
     text = br.compare(old, new)
-    assert text.startswith("warning: schema old 'voxweft-bench/0', new 'voxweft-bench/1'")
+    assert text.startswith("warning: schema old 'voxweft-bench/0', new 'voxweft-bench/2'")
     assert _line(text, "stage player_wait p50:").endswith("(missing)")
     assert _line(text, "bus ipc realtime p99_ms:") == (
         "bus ipc realtime p99_ms: 0.4200 -> - (missing)")

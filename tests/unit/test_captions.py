@@ -37,14 +37,19 @@ def room() -> Room:
     return Room(ACTORS, "en", "pt")
 
 
-def trace(t0: int) -> tuple:
-    """A playback trace: 0.4 s endpointing, 0.7 s asr, 0.2 s mt, 0.9 s tts, 0.1 s play."""
+def trace(t0: int, speech_s: float = 1.0) -> tuple:
+    """A playback trace: 0.4 s endpointing, 0.7 s asr, 0.2 s mt, 0.9 s tts, 0.1 s play.
+
+    After `speech_s` seconds of speech (media time 10 s on).
+    """
     points = [("speech_end", 0), ("segment", 0.4), ("asr.ready", 0.4), ("asr.recv", 0.4),
               ("asr.start", 0.4), ("asr.end", 1.1), ("mt.ready", 1.1), ("mt.recv", 1.1),
               ("mt.start", 1.1), ("mt.end", 1.3), ("tts.ready", 1.3), ("tts.recv", 1.3),
               ("tts.start", 1.3), ("tts.first", 2.2), ("play.ready", 2.2),
               ("play.recv", 2.2), ("play.start", 2.3)]
-    return tuple((name, t0 + int(s * S), None) for name, s in points)
+    media = {"speech_end": 10.0 + speech_s}
+    return ((("speech_start", t0 - int(speech_s * S), 10.0),)
+            + tuple((name, t0 + int(s * S), media.get(name)) for name, s in points))
 
 
 def test_an_utterance_grows_then_is_final_translated_and_timed():
@@ -64,7 +69,7 @@ def test_an_utterance_grows_then_is_final_translated_and_timed():
     assert u["stages"] == {"endpointing": 0.4, "asr": 0.7, "mt": 0.2, "tts": 0.9, "play": 0.1}
     assert stats == ("stats", {"lag_s": 2.3, "utterances": 1, "spoken_share": 1.0,
                                "utterances_spoken": 1, "utterances_not_spoken": 0,
-                               "ignored": 0})
+                               "ignored": 0, "ignored_s": 0.0})
     (_, u2), = r.apply(Transcript(utt="u2", text="Next.", media_start_s=4.0, media_end_s=5.0))
     assert u2["order"] == 2
     kinds = [k for k, _ in r.snapshot()]
@@ -97,11 +102,26 @@ def test_speech_that_is_not_the_speakers_shows_as_ignored_and_why():
     assert kind == "utterance" and u["ignored"] == f"1.4 s not interpreted: {why}"
     assert u["source_final"] and u["target_final"] and not u["target"]   # no "…" to wait on
     assert not u["source"] and not u["spoken"] and u["order"] == 2
-    assert stats["ignored"] == 1 and stats["utterances"] == 1 and stats["spoken_share"] is None
+    assert stats["ignored"] == 1 and stats["utterances"] == 1 and stats["ignored_s"] == 1.4
+    assert stats["spoken_share"] == 0.0   # speech heard, none of it interpreted
     assert r.apply(rejected) == []                                   # heard twice: once
     assert "not interpreted" not in r.subtitles("source", "srt")
     line = format_line(describe(rejected, rejected.sent_ns))           # and in the tap
     assert f"rejected 2.00-3.40 s not interpreted: {why}" in line, line
+
+
+def test_the_share_is_of_the_speech_heard_and_what_was_ignored_counts_against_it():
+    r = room()
+    # 4 s of the speaker's speech, spoken; 1 s ignored: 80 % of the speech heard was spoken
+    r.apply(Transcript(utt="u1", text="one two three", trace=trace(S, speech_s=4.0)))
+    (_, stats), = r.apply(PlaybackEvent(utt="u1", event="started", trace=trace(S, 4.0)))[1:]
+    assert stats["spoken_share"] == 1.0
+    (_, stats), = r.apply(VadEvent(event="rejected", media_s=20.0, end_s=21.0,
+                                   reason="not the speaker: 11 dB under their level"))[1:]
+    assert stats["spoken_share"] == 0.8 and stats["ignored"] == 1 and stats["ignored_s"] == 1.0
+    # 5 s more, not spoken (too late): 4 of 10 s
+    r.apply(PlaybackEvent(utt="u2", event="skipped", reason="too late", trace=trace(S, 5.0)))
+    assert r.stats()[1]["spoken_share"] == 0.4
 
 
 def test_an_utterance_the_player_cut_off_is_not_counted_as_spoken():
@@ -115,30 +135,33 @@ def test_an_utterance_the_player_cut_off_is_not_counted_as_spoken():
     assert stats["utterances_not_spoken"] == 1
 
 
-def test_the_share_of_words_spoken_counts_the_whole_talk():
+def test_the_share_of_speech_spoken_counts_the_whole_talk():
     r = room()
     assert r.stats()[1]["spoken_share"] is None   # no fate known yet
-    # KEEP + 10 utterances of 3 words, every tenth not spoken: the share is over all of them,
-    # not over the KEEP the page still holds.
+    # KEEP + 10 utterances of 2 s of speech, every tenth not spoken: the share is over all
+    # of them, not over the KEEP the page still holds.
     n = KEEP + 10
     for i in range(n):
         r.apply(Transcript(utt=f"u{i}", text="one two three"))
         event = "skipped" if i % 10 == 0 else "started"
-        r.apply(PlaybackEvent(utt=f"u{i}", event=event, reason="too late", trace=trace(i * S)))
+        r.apply(PlaybackEvent(utt=f"u{i}", event=event, reason="too late",
+                              trace=trace(i * S, 2.0)))
     skipped = n // 10
     stats = r.stats()[1]
     assert stats["utterances_not_spoken"] == skipped and stats["utterances_spoken"] == n - skipped
     assert stats["spoken_share"] == round((n - skipped) / n, 4)
     # A playback event sent again (a restarted player) counts once.
-    r.apply(PlaybackEvent(utt=f"u{n - 1}", event="started", trace=trace(0)))
+    r.apply(PlaybackEvent(utt=f"u{n - 1}", event="started", trace=trace(0, 2.0)))
     assert r.stats()[1] == stats
-    # Drafts have no words that count; a final transcript after the fate does.
-    r.apply(Transcript(utt="late", text="a draft of six words here", final=False))
+    # A fate that comes without the speech's times counts them when the transcript brings
+    # them (its final one: a draft's trace is not the utterance's).
+    r.apply(Transcript(utt="late", text="a draft", final=False, trace=trace(0, 9.0)))
     (_, u), (_, late) = r.apply(PlaybackEvent(utt="late", event="skipped", reason="too late"))
     assert late["utterances_not_spoken"] == skipped + 1
     assert late["spoken_share"] == stats["spoken_share"]
-    (_, u), (_, final) = r.apply(Transcript(utt="late", text="four more words here"))
-    assert final["spoken_share"] == round(3 * (n - skipped) / (3 * n + 4), 4)
+    (_, u), (_, final) = r.apply(Transcript(utt="late", text="four more words here",
+                                            trace=trace(0, 3.0)))
+    assert final["spoken_share"] == round(2 * (n - skipped) / (2 * n + 3), 4)
 
 
 def test_only_the_last_utterances_are_kept():

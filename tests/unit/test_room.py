@@ -108,6 +108,9 @@ def test_analyse_reads_wer_intrusions_made_up_lines_and_latency_per_condition():
                                     "examples": ["seven", "train"]}
     assert talker["wer"] == pytest.approx(4 / 4) and talker["latency_cost_s"] == 0.25
     assert out["no speech: silence"]["lines"] == 1
+    # the speaker's 4 words all spoken, on clean and with the talker; no words on no speech
+    assert out["clean"]["spoken_share"] == 1.0 and talker["spoken_share"] == 1.0
+    assert out["no speech: silence"]["spoken_share"] is None
     assert out["no speech: silence"]["texts"] == ["Thank you."]
     table = room.markdown(out)
     assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | 1.25 (+0.25) |" in table
@@ -134,6 +137,18 @@ def test_an_intrusion_is_a_talker_word_added_not_one_heard_for_the_speakers():
     assert talker["intrusions"] == {"words": 2, "talker_words": 16, "share": 0.125,
                                     "examples": ["morning", "salt"]}
     assert talker["wer"] == pytest.approx((1 + 2 + 1) / 7, abs=1e-4)
+
+
+def test_the_spoken_share_of_a_condition_counts_the_reference_words_not_heard():
+    """A sentence the speaker gate ignored has no utterance: its words count against it."""
+    manifest = {
+        "conditions": [{"kind": "talker", "name": "talker -10 dB"}],
+        "files": {"a@talker": {"condition": "talker -10 dB", "kind": "talker",
+                               "reference": "The cat sat down. It was a sunny day.",
+                               "talker_lines": ["Pass the salt."], "talker_words": 3}}}
+    rows = [_row("a@talker", "The cat sat down."), _row("a@talker", "It was", played=False)]
+    talker = room.analyse({"utterances": rows}, manifest)["talker -10 dB"]
+    assert talker["spoken_share"] == 0.4444   # 4 of 9: the rest not spoken, or not heard
 
 
 def test_inserted_words_are_the_additions_of_the_alignment():

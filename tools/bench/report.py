@@ -1,4 +1,4 @@
-"""Render, plot and compare ``voxweft bench`` reports (JSON schema ``voxweft-bench/1``).
+"""Render, plot and compare ``voxweft bench`` reports (JSON schema ``voxweft-bench/2``).
 
 Every function tolerates missing sections and None values: a missing figure renders as "-".
 Run ``python -m voxweft.tools.bench.report REPORT.json [--compare OLD.json] [--timeline PNG]
@@ -15,7 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "voxweft-bench/1"
+SCHEMA = "voxweft-bench/2"
+#: Schemas the Markdown renders without a warning. /1: `spoken.share` counted the words of
+#: the transcripts (speech the speaker gate ignored was not in it); /2: of the references.
+KNOWN = ("voxweft-bench/1", SCHEMA)
 
 #: compare(): a latency, bus, RSS or CPU figure that rose by more than this fraction regressed.
 COST_TOLERANCE = 0.10
@@ -103,16 +106,36 @@ def _pct(share: Any) -> str:
     return "-" if not isinstance(share, (int, float)) else f"{100 * share:.1f} %"
 
 
+def _ignored_words(sp: dict) -> str:
+    """How much speech the speaker gate ignored: "4.2 s of speech ignored (3 stretches)"."""
+    n = sp.get("ignored")
+    if not n:
+        return "no speech ignored" if n == 0 else "speech ignored: -"
+    return (f"{_fmt(sp.get('ignored_s'), 1)} s of speech ignored ({n} "
+            f"stretch{'' if n == 1 else 'es'})")
+
+
 def _headline(report: dict) -> list[str]:
     """The first lines: how much of the source was spoken, what condensed it, what tts cost."""
     sp = _dict(report.get("spoken"))
     if not sp:
         return []
+    counts = (f"{_fmt(sp.get('utterances_not_spoken'))} of {_fmt(sp.get('utterances'))} "
+              f"utterances not spoken; {_ignored_words(sp)}")
+    if "basis" not in sp:   # voxweft-bench/1
+        first = (f"**Spoken: {_pct(sp.get('share'))} of the words transcribed** "
+                 f"({_fmt(sp.get('words_spoken'))} of {_fmt(sp.get('words'))} words; "
+                 f"{_fmt(sp.get('utterances_not_spoken'))} of {_fmt(sp.get('utterances'))} "
+                 "utterances not spoken)")
+    elif sp.get("basis") == "speech heard":
+        first = (f"**Spoken: {_pct(sp.get('share'))} of the speech heard** "
+                 f"({_fmt(sp.get('spoken_s'), 1)} of {_fmt(sp.get('heard_s'), 1)} s; {counts})")
+    else:
+        first = (f"**Spoken: {_pct(sp.get('share'))} of the reference words** "
+                 f"({_fmt(sp.get('words_spoken'))} of {_fmt(sp.get('words'))} words; {counts}; "
+                 f"{_pct(sp.get('speech_share'))} of the speech heard)")
     return [
-        f"**Spoken: {_pct(sp.get('share'))} of the source words** "
-        f"({_fmt(sp.get('words_spoken'))} of {_fmt(sp.get('words'))} words; "
-        f"{_fmt(sp.get('utterances_not_spoken'))} of {_fmt(sp.get('utterances'))} utterances "
-        "not spoken)",
+        first,
         "",
         f"- condensed: fillers removed {_fmt(sp.get('fillers_removed'))} words, pauses cut "
         f"{_fmt(sp.get('pauses_cut_s'), 1)} s; lag steps: speed-up "
@@ -122,6 +145,17 @@ def _headline(report: dict) -> list[str]:
         f"(the budget counted on {_fmt(sp.get('tts_budget_cpu_per_source_s'), 2)})",
         "",
     ]
+
+
+def _ignored(report: dict) -> list[str]:
+    """Every stretch of speech not interpreted: where (file, media time), how long, why."""
+    stretches = [s for s in report.get("ignored") or [] if isinstance(s, dict)]
+    if not stretches:
+        return []
+    return ["", "## Speech ignored (not interpreted)", "",
+            *_table(["file", "start s", "length s", "reason", "session s"],
+                    [[s.get("file"), s.get("start_s"), s.get("length_s"), s.get("reason"),
+                      s.get("session_s")] for s in stretches], nd=2)]
 
 
 def _machine(host: dict) -> str:
@@ -143,7 +177,7 @@ def markdown(report: dict) -> str:
     host, config = _dict(report.get("host")), _dict(report.get("config"))
     engines = ", ".join(f"{k}={v}" for k, v in _dict(config.get("engines")).items()) or "-"
     lines = [f"# voxweft bench: `{_fmt(report.get('command'))}`", ""]
-    if report.get("schema") not in (None, SCHEMA):
+    if report.get("schema") not in (None, *KNOWN):
         lines += [f"> warning: schema {report.get('schema')!r}, this renderer knows {SCHEMA!r}",
                   ""]
     lines += _headline(report)
@@ -157,6 +191,8 @@ def markdown(report: dict) -> str:
         f"pause {_fmt(config.get('pause_s'))} s, soak {_fmt(config.get('soak_minutes'))} min",
         f"- engines: {engines}",
     ]
+
+    lines += _ignored(report)
 
     targets = [t for t in report.get("targets") or [] if isinstance(t, dict)]
     if targets:
@@ -451,6 +487,8 @@ def _metrics(old: dict, new: dict) -> list[tuple[str, Any, Any, str]]:
                 _get(new, "floor", "ratio_p50"), "cost"))
     out.append(("spoken share", _get(old, "spoken", "share"), _get(new, "spoken", "share"),
                 "higher"))
+    out.append(("spoken speech_share", _get(old, "spoken", "speech_share"),
+                _get(new, "spoken", "speech_share"), "higher"))
     out.append(("spoken tts_cpu_per_source_s", _get(old, "spoken", "tts_cpu_per_source_s"),
                 _get(new, "spoken", "tts_cpu_per_source_s"), "cost"))
     transports = list(_dict(new.get("bus")))
@@ -486,13 +524,14 @@ def _regressed(old: float, new: float, kind: str) -> bool:
 def compare(old: dict, new: dict) -> str:
     """Line per figure, ``metric: old -> new (delta, +x %)``, regressions marked.
 
-    Compared: headline p50/p95, every stage p50, floor ratio, the spoken share and tts's CPU
-    per second of source, bus p99 per transport and mode,
-    WER/BLEU/chrF (ASR, MT, round trip), per-actor peak RSS and CPU. A latency, bus, RSS or
-    CPU figure regressed when it rose by more than ``COST_TOLERANCE`` (10 %); a quality
-    figure regressed when it got worse at all (WER up, BLEU/chrF down). Figures missing in
-    both reports are left out; one missing on a side shows "-". A schema other than
-    ``voxweft-bench/1`` gives a warning line; the keys both reports have are still compared.
+    Compared: headline p50/p95, every stage p50, floor ratio, the spoken shares (of the
+    reference words, of the speech heard) and tts's CPU per second of source, bus p99 per
+    transport and mode, WER/BLEU/chrF (ASR, MT, round trip), per-actor peak RSS and CPU. A
+    latency, bus, RSS or CPU figure regressed when it rose by more than ``COST_TOLERANCE``
+    (10 %); a quality figure regressed when it got worse at all (WER up, BLEU/chrF down).
+    Figures missing in both reports are left out; one missing on a side shows "-". A schema
+    other than ``voxweft-bench/2`` gives a warning line (in /1 the spoken share counted the
+    words transcribed); the keys both reports have are still compared.
     """
     old, new = _dict(old), _dict(new)
     lines = []

@@ -303,6 +303,9 @@ def _p50(values: list[float]) -> float | None:
 def analyse(report: dict, manifest: dict) -> dict:
     """Per condition: WER, intrusions, lines on no speech, latency (see the module docstring).
 
+    And `spoken_share`: the share of the speaker's reference words whose translation was
+    spoken (`metrics.matched_words` over the utterances spoken whole; None on no speech).
+
     `report`: the bench report of the room corpus (its `utterances` rows name their file).
     """
     rows_of: dict[str, list[dict]] = {}
@@ -337,8 +340,12 @@ def analyse(report: dict, manifest: dict) -> dict:
                                    "share": round(len(intruded) / said, 4) if said else None,
                                    "examples": sorted(set(intruded))[:12]}
         entry["latency_p50_s"] = _p50([r["speech_end_to_first_audio_s"] for r in rows])
-        entry["spoken_share"] = (round(sum(spoken(r) for r in rows) / len(rows), 3)
-                                 if rows else None)
+        # The reference's words whose translation was spoken (as the bench's headline).
+        said = [(e["reference"], " ".join(r["text"] or "" for r in rows_of.get(f, [])
+                                          if spoken(r)))
+                for f, e in files.items() if e["reference"]]
+        matched, words = benchmetrics.matched_words([a for a, _ in said], [b for _, b in said])
+        entry["spoken_share"] = round(matched / words, 4) if words else None
         out[name] = entry
     clean = out.get("clean", {}).get("latency_p50_s")
     for entry in out.values():

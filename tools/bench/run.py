@@ -11,7 +11,7 @@ One run does, in order:
    segments with the same engines, and transcribes the spoken translations back.
 3. Measures the bus alone (`tools.bench.busbench`): 20 ms frames over ipc and tcp.
 4. Computes latency, quality, resources and soak trends and writes `report.json` (schema
-   "voxweft-bench/1", described in the README), `report.md`, `timeline.png` and, with
+   "voxweft-bench/2", described in docs/performance.md), `report.md`, `timeline.png` and, with
    `--soak`, `soak.png`.
 """
 
@@ -37,11 +37,11 @@ from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Status, VadEvent, t
 from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import report as benchreport
 from voxweft.tools.bench import room, terms
-from voxweft.tools.captions.room import SpokenShare
+from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, summarize, utterance_latency
 
-SCHEMA = "voxweft-bench/1"
+SCHEMA = "voxweft-bench/2"
 AUDIO = (".wav", ".flac", ".ogg", ".mp3")
 LEAD_S = 0.5                 # silence before the first file
 CONTINUOUS_PAUSE_S = 0.3      # `--continuous`: the pause after each file
@@ -360,6 +360,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "placed": where,
             "media_start_s": round(t.media_start_s, 3) if t else None,
             "media_end_s": round(t.media_end_s, 3) if t else None,
+            "speech_s": _round(speech_seconds(t.trace if t else ev.trace if ev else ())),
             "text": t.text if t else None, "translation": tr.text if tr else None,
             "back_text": floor.get("back", {}).get(utt),
             "played": utt in collected.started, "speed": collected.speed.get(utt),
@@ -388,9 +389,12 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
              if pipeline["p50"] and floor_s["p50"] else None)
     resources = _resources(collected.statuses)
     budget = _budget(collected, topology)
+    ignored = _ignored(collected, placed)
     report = {
-        "spoken": _spoken(collected, rows, placed, resources, budget, topology.tgt_lang),
+        "spoken": _spoken(collected, rows, placed, resources, budget, topology.tgt_lang,
+                          ignored),
         "utterances": rows,
+        "ignored": ignored,
         "latency": latency,
         "longform": None if fast else _longform(collected, rows, placed, duration_s, t0_ns),
         "floor": {"pipeline_s": pipeline, "floor_s": floor_s, "ratio_p50": ratio,
@@ -410,13 +414,41 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
     return report
 
 
+def _round(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _ignored(collected: BenchCollector, placed: list[Placed]) -> list[dict]:
+    """Each stretch of speech the segmenter did not interpret, in session order.
+
+    `file`: the corpus file it overlaps most (None: in a pause), `start_s`: where it starts
+    in that file (media time), `session_s`: where in the session, `length_s`, `reason`.
+    """
+    out = []
+    for stretch in collected.stretches_ignored():
+        a, b = stretch["media_start_s"], stretch["media_end_s"]
+        where = _assign(placed, a, b)
+        out.append({"file": placed[where].item.name if where is not None else None,
+                    "start_s": round(a - placed[where].start_s, 3) if where is not None
+                    else None,
+                    "session_s": a, "length_s": stretch["length_s"],
+                    "reason": stretch["reason"]})
+    return out
+
+
 def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
-            resources: dict, budget: dict, tgt: str) -> dict:
+            resources: dict, budget: dict, tgt: str, ignored: list[dict] = ()) -> dict:
     """The headline: how much of what was said the listener heard translated, and the cost.
 
-    `share` = words of the ASR transcripts of the utterances spoken (played whole, not
-    skipped, not cut off by the player) /
-    words of the transcripts of every committed utterance; with the counts (SpokenShare).
+    `share`: with reference texts (`basis` "reference words"), the share of the reference's
+    words whose translation was spoken: per file, the reference aligned with the transcripts,
+    in order, of that file's utterances spoken whole (played, not skipped, not cut off by
+    the player: `room.spoken`); a reference word aligned to a word of them (the same, or
+    misheard) was spoken, a deleted one (ignored by the speaker gate, not transcribed, or in
+    an utterance not spoken) was not (`metrics.matched_words`): `words_spoken` of `words`.
+    Without any (`basis` "speech heard"): `speech_share`, seconds of speech of the
+    utterances spoken / of every utterance and every stretch ignored (SpokenShare: `heard_s`,
+    `spoken_s`, `ignored_s`, `ignored`), which is given in both cases.
     What condensed the speech to keep up, from the actors' last counters (0 when absent):
     `fillers_removed` (mt: words not translated), `pauses_cut_s` (tts: silence taken out),
     `lag_speedup`, `lag_long_chunks`, `lag_skip` (tts: the bounded lag's steps, actors.lag).
@@ -425,8 +457,16 @@ def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
     counted on, tts's warm-up CPU per second of its own speech times the target language's
     expansion (as `actors.budget.verdict` counts it).
     """
-    tally = SpokenShare.of((r["text"], r["played"] and not r["not_spoken"]
-                            and r["complete"] is not False) for r in rows)
+    seconds = SpokenShare.of(((r.get("speech_s"), room.spoken(r)) for r in rows),
+                             [s["length_s"] for s in ignored]).summary()
+    refs, said = [], []
+    for i, p in enumerate(placed):
+        if p.item.ref_text is not None:
+            spoken = sorted((r for r in rows if r.get("placed") == i and room.spoken(r)),
+                            key=lambda r: r["media_start_s"] or 0.0)
+            refs.append(p.item.ref_text)
+            said.append(" ".join(r["text"] or "" for r in spoken))
+    matched, words = benchmetrics.matched_words(refs, said)
     mt, tts = _counters(collected, "mt"), _counters(collected, "tts")
     pauses_s = (tts["pauses_cut_ms"] / 1000 if "pauses_cut_ms" in tts
                 else tts.get("pauses_cut_s", 0))
@@ -434,7 +474,10 @@ def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
     tts_cpu = (resources.get("tts") or {}).get("cpu_s_after_ready")
     tts_budget = (budget.get("engines") or {}).get("tts")
     return {
-        **tally.summary(),
+        "share": round(matched / words, 4) if words else seconds["share"],
+        "basis": "reference words" if words else "speech heard",
+        "words_spoken": matched if words else None, "words": words or None,
+        "speech_share": seconds.pop("share"), **seconds,
         "fillers_removed": mt.get("fillers_removed", 0),
         "pauses_cut_s": round(pauses_s, 2),
         **{f"lag_{step}": tts.get(f"lag_{step}", 0) for step in ("speedup", "long_chunks",
@@ -675,7 +718,7 @@ def _targets(report: dict) -> list[dict]:
     share = spoken.get("share")
     out = [
         # What the listener gets: every word said, spoken in translation.
-        row("spoken share (% of source words)", 100, None,
+        row("spoken share (%)", 100, None,
             None if share is None else round(100 * share, 1), lower_is_better=False),
         # The honest headline: the first sample the listener can hear as speech.
         row("end of speech -> first voiced audio p50 (s)", 1.5, 1.0,

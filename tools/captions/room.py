@@ -3,8 +3,9 @@
 `Room.apply` takes one bus message and returns the page events it causes, each the whole
 new state of one thing (an utterance, an actor), so a browser that missed some catches up
 with the next one, and `Room.snapshot` gives a browser that (re)connects everything at once.
-`SpokenShare` counts how much of what was said was spoken in translation: the page, the
-bench and `voxweft interpret` all count it the same way.
+`SpokenShare` counts how much of the speech heard was spoken in translation, in seconds:
+the page, `voxweft interpret` and the bench on a corpus without reference texts all count
+it the same way.
 The subtitles served beside the page are made here from the same texts, by the code that
 writes `voxweft interpret`'s subtitle files (tools.subtitles).
 """
@@ -46,40 +47,66 @@ STAGES = {
 Event = tuple[str, dict]
 
 
+def speech_seconds(trace) -> float | None:
+    """Seconds of speech in an utterance: its trace's speech_start to speech_end (media time).
+
+    None when the trace has not both (the segmenter stamps them on every segment).
+    """
+    media = {name: at for name, _wall, at in trace
+             if name in ("speech_start", "speech_end") and at is not None}
+    if len(media) < 2:
+        return None
+    return max(media["speech_end"] - media["speech_start"], 0.0)
+
+
 @dataclass
 class SpokenShare:
-    """The share of the source's words whose translation was spoken: running totals.
+    """How much of the speech heard was spoken in translation: running totals, in seconds.
 
-    Each utterance counts once, with the words of its source transcript: into `words`, and
-    into `words_spoken` too when its translation was spoken. share = words_spoken / words.
+    Each utterance the segmenter closed counts once, with its seconds of speech (speech_start
+    to speech_end): into `heard_s`, and into `spoken_s` too when its translation was spoken
+    whole. Each stretch the speaker gate ignored counts into `heard_s` and `ignored_s`.
+    share = spoken_s / heard_s: what was ignored, or not spoken, counts against it.
     """
 
-    words: int = 0
-    words_spoken: int = 0
+    heard_s: float = 0.0
+    spoken_s: float = 0.0
+    ignored_s: float = 0.0
+    ignored: int = 0
     utterances: int = 0
     spoken: int = 0
 
     @classmethod
-    def of(cls, utterances: Iterable[tuple[str | None, bool]]) -> SpokenShare:
-        """The totals of `(source text, spoken)` pairs."""
+    def of(cls, utterances: Iterable[tuple[float | None, bool]],
+           ignored: Iterable[float] = ()) -> SpokenShare:
+        """The totals of `(speech seconds, spoken)` pairs and of ignored stretches (s)."""
         tally = cls()
-        for text, spoken in utterances:
-            tally.add(text, spoken)
+        for seconds, spoken in utterances:
+            tally.add(seconds, spoken)
+        for seconds in ignored:
+            tally.ignore(seconds)
         return tally
 
-    def add(self, text: str | None, spoken: bool, times: int = 1) -> None:
+    def add(self, seconds: float | None, spoken: bool, times: int = 1) -> None:
         """Count one utterance (`times=-1` takes back what was counted for it)."""
-        words = len((text or "").split())
-        self.words += times * words
+        seconds = seconds or 0.0
+        self.heard_s += times * seconds
         self.utterances += times
         if spoken:
-            self.words_spoken += times * words
+            self.spoken_s += times * seconds
             self.spoken += times
+
+    def ignore(self, seconds: float) -> None:
+        """Count one stretch of speech the segmenter did not interpret."""
+        seconds = max(seconds, 0.0)
+        self.heard_s += seconds
+        self.ignored_s += seconds
+        self.ignored += 1
 
     @property
     def share(self) -> float | None:
-        """Words spoken / words; None before any word."""
-        return self.words_spoken / self.words if self.words else None
+        """Seconds spoken / seconds heard; None before any speech was heard."""
+        return self.spoken_s / self.heard_s if self.heard_s > 0 else None
 
     def percent(self) -> str:
         """The share as a whole percentage, rounded down: "100 %" only when all was spoken."""
@@ -87,10 +114,11 @@ class SpokenShare:
         return "-" if share is None else f"{math.floor(100 * share + 1e-9)} %"
 
     def summary(self) -> dict:
-        """The share (4 decimals) and the counts, for a report."""
+        """The share (4 decimals), the seconds (2) and the counts, for a report."""
         share = self.share
         return {"share": None if share is None else round(share, 4),
-                "words_spoken": self.words_spoken, "words": self.words,
+                "heard_s": round(self.heard_s, 2), "spoken_s": round(self.spoken_s, 2),
+                "ignored_s": round(self.ignored_s, 2), "ignored": self.ignored,
                 "utterances_spoken": self.spoken,
                 "utterances_not_spoken": self.utterances - self.spoken,
                 "utterances": self.utterances}
@@ -121,10 +149,11 @@ class Room:
         self.heard: dict[str, float] = {}
         self.epochs: dict[str, int] = {}
         self.lag_s: float | None = None
-        self.ignored = 0   # stretches of speech not interpreted (not the speaker's)
-        # Utterances are forgotten after KEEP; the share of words spoken is over the talk.
+        # Utterances are forgotten after KEEP; the share of speech spoken is over the talk,
+        # and counts the stretches not interpreted (not the speaker's) against it.
         self.tally = SpokenShare()
-        self.counted: dict[str, tuple[str, bool]] = {}   # utt -> what the tally holds of it
+        self.counted: dict[str, tuple[float | None, bool]] = {}   # utt -> in the tally
+        self.speech_s: dict[str, float] = {}   # utt -> its seconds of speech, once known
         self.session = secrets.token_hex(4)   # a restarted server is a new session
 
     # -- what a browser gets ----------------------------------------------------------------
@@ -137,9 +166,10 @@ class Room:
     def stats(self) -> Event:
         """How far behind the speaker the voice is, and how much of what was said it spoke.
 
-        `lag_s`: the last utterance's latency. `spoken_share`: words of the final source
-        transcripts of the utterances spoken / those of the utterances whose fate is known
-        (spoken, or skipped: not spoken), over the whole talk; None before any.
+        `lag_s`: the last utterance's latency. `spoken_share`: seconds of speech of the
+        utterances spoken / seconds of speech heard: those of the utterances whose fate is
+        known (spoken, or not) and every stretch ignored (`ignored` of them, `ignored_s`
+        seconds), over the whole talk (SpokenShare); None before any.
         """
         tally = self.tally.summary()
         return "stats", {"lag_s": self.lag_s,
@@ -147,7 +177,7 @@ class Room:
                          "spoken_share": tally["share"],
                          "utterances_spoken": tally["utterances_spoken"],
                          "utterances_not_spoken": tally["utterances_not_spoken"],
-                         "ignored": self.ignored}
+                         "ignored": tally["ignored"], "ignored_s": tally["ignored_s"]}
 
     def snapshot(self) -> list[Event]:
         """Everything, for a browser that (re)connects."""
@@ -220,6 +250,7 @@ class Room:
                 old, _ = self.utts.popitem(last=False)
                 self.media.pop(old, None)
                 self.counted.pop(old, None)   # stays in the totals
+                self.speech_s.pop(old, None)
         return u
 
     def _text(self, msg: Transcript | Translation) -> list[Event]:
@@ -230,17 +261,25 @@ class Room:
         u[side], u[f"{side}_final"] = msg.text, msg.final
         if msg.final:
             self.media[msg.utt] = (msg.media_start_s, msg.media_end_s)
-            if side == "source" and msg.utt in self.counted:   # its fate came first
-                self._count(msg.utt, u)
+            if self._speech(msg.utt, msg.trace) and msg.utt in self.counted:
+                self._count(msg.utt, u)   # its fate came first, without its speech
                 return [("utterance", dict(u)), self.stats()]
         return [("utterance", dict(u))]
+
+    def _speech(self, utt: str, trace) -> bool:
+        """Keep the utterance's seconds of speech from a trace; True when they are new."""
+        seconds = speech_seconds(trace)
+        if seconds is None or utt in self.speech_s:
+            return False
+        self.speech_s[utt] = seconds
+        return True
 
     def _ignored(self, msg: VadEvent) -> list[Event]:
         """Speech the segmenter did not interpret (not the speaker's): a row that says so."""
         key = f"ignored.{msg.epoch:x}.{msg.seq}"
         if key in self.utts:       # the same event heard again
             return []
-        self.ignored += 1
+        self.tally.ignore(msg.end_s - msg.media_s)
         u = self._utterance(key)
         u["ignored"] = f"{max(msg.end_s - msg.media_s, 0.0):.1f} s not interpreted: {msg.reason}"
         u["source_final"] = u["target_final"] = True   # nothing more will come for it
@@ -251,6 +290,7 @@ class Room:
                 msg.event == "finished" and msg.complete):
             return []
         u = self._utterance(msg.utt)
+        self._speech(msg.utt, msg.trace)
         if msg.event == "skipped":
             u["not_spoken"] = msg.reason or "not spoken"
         elif msg.event == "finished":   # the player gave up on it part of the way through
@@ -264,11 +304,10 @@ class Room:
         return [("utterance", dict(u)), self.stats()]
 
     def _count(self, utt: str, u: dict) -> None:
-        """Count the utterance in the totals again: its fate, or its final text, is new."""
+        """Count the utterance in the totals again: its fate, or its speech, is new."""
         if utt in self.counted:   # an event sent again (a restarted player) counts once
             self.tally.add(*self.counted[utt], times=-1)
-        self.counted[utt] = (u["source"] if u["source_final"] else "",
-                             u["spoken"] and not u["not_spoken"])
+        self.counted[utt] = (self.speech_s.get(utt), u["spoken"] and not u["not_spoken"])
         self.tally.add(*self.counted[utt])
 
     # -- the same texts as subtitles ----------------------------------------------------------

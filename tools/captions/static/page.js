@@ -9,7 +9,7 @@
   const STAGES = ['endpointing', 'asr', 'mt', 'tts', 'play'];
   const LAT_SCALE_S = 10;   // a full latency track is this many seconds
   const LAT_SLOW_S = 5;     // latency text turns amber above this
-  const SPOKEN_WARN = 0.9;  // the share of words spoken turns amber below this ...
+  const SPOKEN_WARN = 0.9;  // the share of speech spoken turns amber below this ...
   const SPOKEN_BAD = 0.75;  // ... and red below this
   const NEAR_BOTTOM_PX = 48;
   const RETRY_MIN_MS = 1000;
@@ -376,14 +376,19 @@
       const pct = Math.floor(share * 100 + 1e-9);
       const notSpoken = num(d.utterances_not_spoken) || 0;
       const known = notSpoken + (num(d.utterances_spoken) || 0);
-      let text = `spoken ${pct} % of words`;
+      const ignoredS = num(d.ignored_s) || 0;
+      const why = [];
+      if (ignoredS) why.push(`${fmtS(ignoredS, 1)} ignored`);
       if (notSpoken) {
-        text += ` (${notSpoken} of ${known} utterance${known === 1 ? '' : 's'} not spoken)`;
+        why.push(`${notSpoken} of ${known} utterance${known === 1 ? '' : 's'} not spoken`);
       }
+      let text = `spoken ${pct} % of the speech heard`;
+      if (why.length) text += ` (${why.join('; ')})`;
       const s = el('span', 'spoken', text);
       if (share < SPOKEN_BAD) s.classList.add('bad');
       else if (share < SPOKEN_WARN) s.classList.add('warn');
-      s.title = 'share of the words said whose translation was spoken (the rest came too late)';
+      s.title = 'seconds of speech whose translation was spoken, of all the speech heard: ' +
+        'speech ignored (not the speaker) and translations too late count against it';
       parts.push(s);
     }
     const ignored = num(d.ignored) || 0;
