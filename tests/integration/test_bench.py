@@ -62,12 +62,17 @@ def test_every_utterance_is_measured_and_adds_up(report):
         assert 0 < row["segment_to_first_audio_s"] < row["speech_end_to_first_audio_s"]
         assert 0 < row["floor_s"] == pytest.approx(sum(row["floor_stages_s"].values()),
                                                    abs=0.01)
-        # Work done ahead on a draft is not in the pipeline's time: no floor comparison.
+        # A stage that took its draft worked on it: its work is the draft's (tts's is not
+        # on the bus: no floor comparison for an utterance whose first chunk was ahead).
         assert set(row["drafted"]) <= {"asr", "mt", "tts"}
-        if row["drafted"]:
-            assert row["pipeline_s"] is None
+        work = row["pipeline_stages_s"]
+        assert all(work[k] > 0 for k in ("asr", "mt")), work
+        if "tts" in row["drafted"]:
+            assert row["pipeline_s"] is None and work["tts_first_chunk"] is None
         else:
-            assert 0 < row["pipeline_s"] <= row["segment_to_first_audio_s"]
+            assert row["pipeline_s"] == pytest.approx(sum(work.values()), abs=0.05)
+            if not row["drafted"]:
+                assert 0 < row["pipeline_s"] <= row["segment_to_first_audio_s"]
     head = r["latency"]["speech_end_to_first_audio_s"]
     assert head["n"] == 2 and head["p50"] <= head["p95"] <= head["max"]
     assert head["max"] == max(row["speech_end_to_first_audio_s"] for row in rows)
@@ -111,7 +116,9 @@ def test_speculation(report):
 def test_floor_quality_resources_and_bus(report):
     _out, r = report
     floor = r["floor"]
-    if floor["pipeline_s"]["n"] == 0:   # every utterance took a draft
+    # Each stage's work, in the pipeline (on its draft where it took one) and alone
+    assert floor["stages"]["asr"]["n"] == 2 and floor["stages"]["asr"]["ratio_p50"] > 0
+    if floor["pipeline_s"]["n"] == 0:   # tts made every first chunk ahead
         assert floor["ratio_p50"] is None
     else:
         assert floor["ratio_p50"] == pytest.approx(floor["pipeline_s"]["p50"]

@@ -64,10 +64,12 @@ def test_utterances_go_to_the_file_they_overlap_most():
 
 
 def test_pipeline_span_leaves_out_queueing():
-    trace = (("segment", 10 * S, None), ("play.recv", 12 * S, None))
-    stages = {"asr_queue": 0.25, "mt_queue": 0.0, "tts_queue": 0.5}
-    assert _pipeline_s(trace, stages) == 1.25
-    assert _pipeline_s((("segment", 0, None),), stages) is None
+    stages = {"hop_segmenter_asr": 0.001, "asr_queue": 0.25, "asr": 0.4, "hop_asr_mt": 0.002,
+              "mt_queue": 0.0, "mt": 0.03, "hop_mt_tts": 0.001, "tts_queue": 0.5,
+              "tts_first_chunk": 0.7, "hop_tts_player": 0.001, "player_wait": 1.2}
+    assert _pipeline_s(stages) == 1.135
+    assert _pipeline_s({**stages, "tts_first_chunk": None}) is None
+    assert _pipeline_s(stages, ["asr"], {}) is None   # its draft was not heard
 
 
 def test_long_form_figures_from_playback_traces():
@@ -305,3 +307,73 @@ def test_the_machine_and_how_busy_it_was(monkeypatch):
     assert host["load_1min_start"] == 0.5 and isinstance(host["load_1min_end"], float)
     assert host["others_busy_cores_start"] == 0.25 and host["others_busy_cores_end"] == 1.5
     assert run._host(0.5, 0.25, run.BenchCollector())["load_1min_end"] is None
+
+
+def _traced(t0: int, points: list[tuple[str, float]], media: dict | None = None) -> tuple:
+    media = media or {}
+    return tuple((name, t0 + int(round(s * S)), media.get(name)) for name, s in points)
+
+
+def test_the_floor_compares_the_work_of_utterances_that_took_their_drafts():
+    """A draft at each pause (speculative endpointing, on by default) is taken by asr and mt,
+    and often by tts: the pipeline's work on such an utterance was done on the draft. It is
+    compared with the floor from the draft messages (before: every utterance that took a
+    draft had no pipeline figure, so a run where all did said n = 0 and no ratio beside a
+    floor of every segment)."""
+    import types
+
+    from voxweft.protocol.messages import PlaybackEvent, Transcript, Translation, VadEvent
+    from voxweft.tools.bench.run import BenchCollector, Item, Placed, analyse
+
+    collected = BenchCollector()
+    collected.verdict = (True, [])
+    speech = {"speech_start": 1.0, "speech_end": 3.0}
+    floor = {"floor": {}}
+    for i, tts_ahead in enumerate((False, False, False, True)):
+        utt, t0 = f"u{i}", (100 + 10 * i) * S
+        said = [("speech_start", -2.0), ("speech_end", 0.0)]
+        # The draft, 0.1 s into the pause: asr 0.4 s, mt 0.03 s, each hop 1 ms.
+        draft = _traced(t0, said + [("segment", 0.1), ("asr.ready", 0.0), ("asr.recv", 0.101),
+                                    ("asr.start", 0.101), ("asr.end", 0.501)], speech)
+        collected.add(Transcript(utt=utt, text="the words", final=False, trace=draft))
+        draft_mt = draft + _traced(t0, [("mt.ready", 0.0), ("mt.recv", 0.502),
+                                        ("mt.start", 0.502), ("mt.end", 0.532)])
+        collected.add(Translation(utt=utt, source_text="the words", text="as palavras",
+                                  final=False, trace=draft_mt))
+        # The commit, 0.3 s into the pause: asr and mt take their drafts at once.
+        collected.add(VadEvent(utt=utt, event="end", media_s=3.0))
+        final = _traced(t0, said + [("segment", 0.3), ("asr.ready", 0.0), ("asr.recv", 0.301),
+                                    ("asr.start", 0.301), ("asr.end", 0.302), ("asr.draft", 0.302)],
+                        speech)
+        collected.add(Transcript(utt=utt, text="the words", media_start_s=0.8,
+                                 media_end_s=3.3, trace=final))
+        final += _traced(t0, [("mt.ready", 0.0), ("mt.recv", 0.303), ("mt.start", 0.303),
+                              ("mt.end", 0.304), ("mt.draft", 0.304)])
+        collected.add(Translation(utt=utt, source_text="the words", text="as palavras",
+                                  media_start_s=0.8, media_end_s=3.3, trace=final))
+        # tts makes its first chunk in 0.7 s at the commit, or (the last) took its draft
+        first = 0.306 if tts_ahead else 1.005
+        played = final + _traced(t0, [("tts.ready", 0.0), ("tts.recv", 0.305),
+                                      ("tts.start", 0.305), ("tts.first", first)]
+                                 + [("tts.draft", 0.305)] * tts_ahead
+                                 + [("play.ready", 0.0), ("play.recv", first + 0.001),
+                                    ("play.start", first + 0.2)])
+        collected.add(PlaybackEvent(utt=utt, event="started", trace=played))
+        floor["floor"][utt] = {"asr": 0.38, "mt": 0.03, "tts_first_chunk": 0.66, "total": 1.07}
+    placed = [Placed(Item("a", None, None, None), 0.5, 40.5)]
+    topology = types.SimpleNamespace(max_lag_s=0, tgt_lang="pt")
+    report = analyse(collected, placed, 41.0, floor, None, True, None, topology)
+    rows = report["utterances"]
+    assert [r["drafted"] for r in rows] == [["asr", "mt"]] * 3 + [["asr", "mt", "tts"]]
+    # hops 4 x 1 ms + asr 0.4 + mt 0.03 (on the draft) + tts 0.7 (at the commit)
+    assert [r["pipeline_s"] for r in rows] == [1.134] * 3 + [None]   # tts's draft: not seen
+    assert report["floor"]["pipeline_s"]["n"] == 3
+    assert report["floor"]["ratio_p50"] == round(1.134 / 1.07, 3)
+    # Stage by stage, on the utterances where the stage's work was seen: tts's made ahead
+    # for the last one is not, but its asr and mt on the drafts are.
+    assert rows[3]["pipeline_stages_s"] == {"asr": 0.4, "mt": 0.03, "tts_first_chunk": None}
+    assert report["floor"]["stages"] == {
+        "asr": {"n": 4, "pipeline_p50": 0.4, "floor_p50": 0.38, "ratio_p50": 1.053},
+        "mt": {"n": 4, "pipeline_p50": 0.03, "floor_p50": 0.03, "ratio_p50": 1.0},
+        "tts_first_chunk": {"n": 3, "pipeline_p50": 0.7, "floor_p50": 0.66,
+                            "ratio_p50": 1.061}}

@@ -69,7 +69,9 @@ def sample_report():
                      "atd_ca_s": 2.914, "start_offset_nca_s": 2.5, "end_offset_nca_s": 0.617,
                      "laal_s": 1.474, "atd_s": 1.806, "source_duration_s": 8.5,
                      "output_words": 17},
-        "floor": {"pipeline_s": _s(0.873), "floor_s": _s(0.55), "ratio_p50": 1.587},
+        "floor": {"pipeline_s": _s(0.873), "floor_s": _s(0.55), "ratio_p50": 1.587,
+                  "stages": {"asr": {"n": 3, "pipeline_p50": 0.31, "floor_p50": 0.3,
+                                     "ratio_p50": 1.033}}},
         "lag": {"max_lag_s": 6.0, "max_s": 5.81, "p95_s": 5.2, "slope_s_per_min": -0.012,
                 "slope_ci95_s_per_min": 0.27, "slope_distinguishable_from_zero": False,
                 "steps": {"speedup": 40, "long_chunks": 12, "backlog_engine": 0, "skip": 2},
@@ -128,7 +130,8 @@ def test_markdown_full_report_has_key_figures():
     for needle in ("voxweft bench --corpus samples --soak 30", "asr=faster-whisper base",
                    "## Targets", "| speech end -> first audio p50 | <= 1.0 s | interactive | "
                    "0.873 | yes |", "**NO**", "## Latency (s)", "| speech end -> first audio | 3 "
-                   "| 0.873 |", "tts_first_chunk", "ratio p50 1.59", "## Bus",
+                   "| 0.873 |", "tts_first_chunk", "ratio p50 1.59", "pipeline p50 0.873 s (n 3)",
+                   "by stage, pipeline / floor p50 (n): asr 0.310 / 0.300 s = 1.03 (3)", "## Bus",
                    "| tcp | flood |", "4.400", "WER 0.0714", "BLEU 41.27", "chrF 63.50",
                    "round trip WER 0.2500", "## Resources", "612.4",
                    "| StartOffset | 2.500 | StartOffset_CA | 3.412 |",
@@ -147,7 +150,7 @@ def test_markdown_full_report_has_key_figures():
                    "first chunk made ahead 1.02 s (3), not 2.50 s (3)",
                    "| asr | 90 | 60 | 30 | 0 | 0.67 | 0.92 | 18.20 | 6.10 | 1.52 |"):
         assert needle in md, needle
-    assert md.count("\n") < 116         # compact (with two stretches ignored listed)
+    assert md.count("\n") < 117         # compact (with two stretches ignored listed)
 
 
 def test_markdown_opens_with_the_spoken_share_and_the_machine():

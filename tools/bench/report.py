@@ -213,9 +213,17 @@ def markdown(report: dict) -> str:
     floor = report.get("floor")
     if isinstance(floor, dict):
         lines += ["", f"Floor (asr + mt + tts first chunk, alone): pipeline p50 "
-                      f"{_fmt(_get(floor, 'pipeline_s', 'p50'))} s / floor p50 "
-                      f"{_fmt(_get(floor, 'floor_s', 'p50'))} s, ratio p50 "
+                      f"{_fmt(_get(floor, 'pipeline_s', 'p50'))} s (n "
+                      f"{_fmt(_get(floor, 'pipeline_s', 'n'))}) / floor p50 "
+                      f"{_fmt(_get(floor, 'floor_s', 'p50'))} s (n "
+                      f"{_fmt(_get(floor, 'floor_s', 'n'))}), ratio p50 "
                       f"{_fmt(floor.get('ratio_p50'), 2)}"]
+        stages = _dict(floor.get("stages"))
+        if stages:
+            lines.append("by stage, pipeline / floor p50 (n): " + "; ".join(
+                f"{name} {_fmt(_get(st, 'pipeline_p50'))} / {_fmt(_get(st, 'floor_p50'))} s "
+                f"= {_fmt(_get(st, 'ratio_p50'), 2)} ({_fmt(_get(st, 'n'))})"
+                for name, st in stages.items()))
 
     bus = report.get("bus")
     if isinstance(bus, dict):

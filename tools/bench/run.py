@@ -33,13 +33,21 @@ from voxweft.actors import lag as lag_policy
 from voxweft.actors.engines.tts import cpu_has_vnni
 from voxweft.deploy.supervisor import engine_env
 from voxweft.deploy.topology import Topology
-from voxweft.protocol.messages import BUS_RATE, SpeechChunk, Status, VadEvent, trace_ns
+from voxweft.protocol.messages import (
+    BUS_RATE,
+    SpeechChunk,
+    Status,
+    Transcript,
+    Translation,
+    VadEvent,
+    trace_ns,
+)
 from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import report as benchreport
 from voxweft.tools.bench import room, terms
 from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
-from voxweft.tools.latency import STAGES, summarize, utterance_latency
+from voxweft.tools.latency import STAGES, stage_times, summarize, utterance_latency
 
 SCHEMA = "voxweft-bench/2"
 AUDIO = (".wav", ".flac", ".ogg", ".mp3")
@@ -53,6 +61,10 @@ WARMUP_S = 60.0              # soak: memory trends are fitted after this (or 10 
 VOICED_RMS = 0.01
 DROP_WORDS = ("gap", "overflow", "drop", "bad_", "error", "filled", "refused", "disconnect",
               "lost", "incomplete")
+#: The floor's work on an utterance as the pipeline does it: each stage's compute and the hop
+#: that brought it its input (`tools.latency` stage names); then the hop to the player.
+WORK = {"asr": ("hop_segmenter_asr", "asr"), "mt": ("hop_asr_mt", "mt"),
+        "tts": ("hop_mt_tts", "tts_first_chunk")}
 
 
 class BenchError(Exception):
@@ -131,7 +143,7 @@ def build_session(items: list[Item], pause_s: float, soak_minutes: float | None,
 
 
 class BenchCollector(Collector):
-    """interpret's collector, plus heartbeats, commit times, discards and the spoken audio.
+    """interpret's collector, plus heartbeats, commit times, drafts and the spoken audio.
 
     And how busy the machine was when the session was over, before the pipeline stops.
     """
@@ -139,6 +151,8 @@ class BenchCollector(Collector):
     def __init__(self) -> None:
         super().__init__()
         self.commit_ns: dict[str, int] = {}
+        # utt -> its draft transcripts and translations (a stage that took one worked on it)
+        self.drafts: dict[str, list[Transcript | Translation]] = {}
         self.statuses: dict[str, list[Status]] = {}
         self.speech: dict[str, list[np.ndarray]] = {}
         self.speech_rate: dict[str, int] = {}
@@ -151,6 +165,8 @@ class BenchCollector(Collector):
         super().add(msg)
         if isinstance(msg, VadEvent) and msg.event == "end":
             self.commit_ns[msg.utt] = msg.sent_ns
+        elif isinstance(msg, (Transcript, Translation)) and not msg.final:
+            self.drafts.setdefault(msg.utt, []).append(msg)
         elif isinstance(msg, Status):
             self.statuses.setdefault(msg.src, []).append(msg)
         elif isinstance(msg, SpeechChunk) and len(msg.pcm):
@@ -355,6 +371,8 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         f = floor_rows.get(utt, {})
         # Stages that took work done ahead on a draft (speculative endpointing).
         drafted = [s for s in ("asr", "mt", "tts") if ev and trace_ns(ev.trace, f"{s}.draft")]
+        taken = _drafts_taken(collected, utt, drafted)
+        work = _work(lat["stages_s"], drafted, taken) if ev else {}
         rows.append({
             "utt": utt, "file": placed[where].item.name if where is not None else None,
             "placed": where,
@@ -370,9 +388,9 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
             "speech_end_to_first_voiced_s": _first_voiced(collected, utt,
                                                           lat["speech_end_to_first_audio_s"]),
             "drafted": drafted,
-            # Work done before the commit is not in the pipeline's time: not comparable.
-            "pipeline_s": _pipeline_s(ev.trace, lat["stages_s"]) if ev and not drafted
-            else None,
+            # What the floor does, as the pipeline did it (on a draft, for a stage that took it)
+            "pipeline_s": _pipeline_s(lat["stages_s"], drafted, taken) if ev else None,
+            "pipeline_stages_s": {k: work.get(k) for k in ("asr", "mt", "tts_first_chunk")},
             "floor_s": f.get("total"),
             "floor_stages_s": {k: f.get(k) for k in ("asr", "mt", "tts_first_chunk")},
             "wall_s": round((speech_end - t0_ns) / 1e9, 3) if speech_end and t0_ns else None,
@@ -398,7 +416,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         "latency": latency,
         "longform": None if fast else _longform(collected, rows, placed, duration_s, t0_ns),
         "floor": {"pipeline_s": pipeline, "floor_s": floor_s, "ratio_p50": ratio,
-                  "load_s": floor.get("load_s")},
+                  "stages": _floor_stages(rows), "load_s": floor.get("load_s")},
         "bus": bus,
         "quality": _quality(rows, placed, floor),
         "resources": resources,
@@ -616,16 +634,72 @@ def _budget(collected: BenchCollector, topology: Topology) -> dict:
     return {"engines": budgets, "keeps_up": ok if lines else None, "verdict": lines}
 
 
-def _pipeline_s(trace, stages: dict) -> float | None:
-    """Segment commit -> first chunk at the player, less queueing behind earlier work.
+def _drafts_taken(collected: BenchCollector, utt: str, drafted: list[str]) -> dict:
+    """The traces of the drafts asr and mt took for the utterance: {stage: trace}.
 
-    That is the work the floor does, done by separate processes over the bus.
+    asr takes the draft of the same speech (its transcript's speech end and text), mt the
+    draft translation of the same text; the last such one, as the stage keeps the last.
     """
-    seg, recv = trace_ns(trace, "segment"), trace_ns(trace, "play.recv")
-    if seg is None or recv is None:
-        return None
-    queued = sum(stages.get(k) or 0.0 for k in ("asr_queue", "mt_queue", "tts_queue"))
-    return round((recv - seg) / 1e9 - queued, 4)
+    t, tr = collected.transcripts.get(utt), collected.translations.get(utt)
+    speech_end = _media(t.trace, "speech_end") if t else None
+    out: dict = {}
+    for msg in reversed(collected.drafts.get(utt, ())):
+        if ("asr" in drafted and "asr" not in out and t and isinstance(msg, Transcript)
+                and msg.text == t.text and _media(msg.trace, "speech_end") == speech_end):
+            out["asr"] = msg.trace
+        elif ("mt" in drafted and "mt" not in out and tr and isinstance(msg, Translation)
+              and (msg.source_text, msg.text) == (tr.source_text, tr.text)):
+            out["mt"] = msg.trace
+    return out
+
+
+def _media(trace, event: str) -> float | None:
+    """Media time of the last `event` in a trace (None when absent)."""
+    return next((m for name, _wall, m in reversed(trace) if name == event), None)
+
+
+def _work(stages: dict, drafted: list[str] = (), drafts: dict | None = None) -> dict:
+    """The floor's work on one utterance as the pipeline did it: {WORK key: s or None}.
+
+    `stages`: the utterance's stage times (at the commit). A stage that took its draft did
+    its work on the draft: its figures come from the trace of the draft message it made
+    (`drafts`: asr's transcript, mt's translation); tts's draft is not on the bus (None).
+    """
+    drafts = drafts or {}
+    out = {"hop_tts_player": stages.get("hop_tts_player")}
+    for stage, keys in WORK.items():
+        source = (stages if stage not in drafted else
+                  stage_times(drafts[stage]) if stage in drafts else {})
+        out.update({key: source.get(key) for key in keys})
+    return out
+
+
+def _pipeline_s(stages: dict, drafted: list[str] = (), drafts: dict | None = None,
+                ) -> float | None:
+    """What the floor does, done by separate processes: the sum of `_work`.
+
+    Each stage's compute and the bus hop that brought it its input, and the hop to the
+    player; queueing behind earlier work is left out. None when a part was not seen.
+    """
+    parts = _work(stages, drafted, drafts).values()
+    return None if None in parts else round(sum(parts), 4)
+
+
+def _floor_stages(rows: list[dict]) -> dict:
+    """Per stage, its compute in the pipeline against the floor's, on the same utterances.
+
+    `{asr|mt|tts_first_chunk: {n, pipeline_p50, floor_p50, ratio_p50}}`; the pipeline's
+    compute on a draft where the stage took one (tts's is not on the bus).
+    """
+    out = {}
+    for stage in ("asr", "mt", "tts_first_chunk"):
+        pairs = [(r["pipeline_stages_s"][stage], r["floor_stages_s"][stage]) for r in rows
+                 if r["pipeline_stages_s"].get(stage) is not None
+                 and r["floor_stages_s"].get(stage) is not None]
+        a, b = (summarize([p[k] for p in pairs])["p50"] for k in (0, 1))
+        out[stage] = {"n": len(pairs), "pipeline_p50": a, "floor_p50": b,
+                      "ratio_p50": round(a / b, 3) if a and b else None}
+    return out
 
 
 def _played_s(collected: BenchCollector, utt: str) -> float | None:
