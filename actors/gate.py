@@ -1,27 +1,37 @@
-"""The speaker, not the room: speech well below the speaker's own level is someone else's.
+"""The speaker, not the room: speech well below the voice that holds the floor is someone else's.
 
 A microphone hears its speaker loudest; a second talker behind them (a stand, a corridor, a
 conversation at the next table) is quieter by the extra distance, typically 10 dB or more.
-Silero VAD hears both as speech. :class:`LevelGate` tells them apart by level alone, window
-by window (the segmenter's 32 ms VAD windows):
+Silero VAD hears both as speech. :class:`LevelGate` tells them apart by level, window by
+window (the segmenter's 32 ms VAD windows), and the segmenter by timing (the floor):
 
 * the level of a window is the mean energy of the last ``envelope_windows`` windows (512 ms
   by default) in dB: long enough to ride over a syllable's dip, short enough to fall within
-  the hangover once the speaker stops;
+  the hangover once the speaker stops (and low for the first windows after a pause: the
+  floor is not decided in the first ``ONSET_WINDOWS`` of speech after a pause);
 * the speaker's level is the ``PERCENTILE``-th percentile of that level over the last
   ``memory_windows`` windows of accepted speech (30 s by default), learned only from speech
   the gate let through, so a quieter talker never teaches it their level;
-* speech more than ``below_db`` under the speaker's level is not the speaker's: the
-  segmenter treats it as silence (it opens no utterance, and it ends the speaker's after the
-  hangover, as a pause does); while an utterance of theirs is open, ``hold_db`` under passes
-  (their quieter words, a clause resumed softly after a comma).
+* speech more than ``below_db`` under the speaker's level may not be the speaker's; while an
+  utterance of theirs is open, ``hold_db`` under passes (their quieter words, a clause resumed
+  softly after a comma), and so does a sentence that fades slowly (its level falls at most
+  ``FADE_DB_PER_S``: a fade is followed, a voice that stops under a talker falls faster).
+
+Level alone would make the interpreter deaf to anyone quieter than the first voice. Who is
+speaking is decided by the floor (``actors.vad.UtteranceSegmenter`` keeps it with this
+gate's timings): quieter speech is held back, not thrown away, and it is refused only when the
+voice that holds the floor is heard again soon (a talker under the speaker, overlapping or
+between their sentences). Quieter speech that goes on for ``floor_take_ms`` without the
+holder, or after which nobody speaks for ``floor_free_ms``, took the floor: it is
+interpreted from its first window and its level becomes the speaker's (:meth:`adopt`). After
+``floor_free_ms`` without any speech the floor is free: the next voice takes it at once
+(:meth:`forget`). A short quieter stretch after a pause that runs straight into the holder's
+speech (a soft first word, at most ``soft_onset_ms``) is the holder's own.
 
 Until ``learn_windows`` of speech have been heard (half a second) the gate lets everything
 through: the first voice at the microphone is taken to be the speaker's. A louder voice later
-(the speaker after a talker, or a speaker who came closer) passes the gate and lifts the
-level within seconds; a speaker who moves away slowly is followed, one who drops by more than
-``below_db`` at once is taken for the room. The level is kept across streams (the same
-microphone and the same person); a restart of the segmenter learns it anew.
+passes and lifts the level within seconds. The level is kept across streams (the same
+microphone); a restart of the segmenter learns it anew.
 
 Pure logic: numpy only, no model, no sockets.
 """
@@ -39,18 +49,30 @@ PERCENTILE = 90.0
 REFRESH_WINDOWS = 8
 #: While the speaker speaks (no pause yet), this much further under their level still passes.
 HOLD_EXTRA_DB = 2.0
+#: A sentence fading: the hold follows the utterance's own level down at most this fast. A
+#: voice that stops under a talker 10 dB below takes the 512 ms envelope down ~20 dB/s; a
+#: sentence fading by 15 dB over its last 2-3 s falls 5-8 dB/s.
+FADE_DB_PER_S = 9.0
+#: ... passing windows down to this far under the followed level.
+FADE_STEP_DB = 4.0
+#: The envelope of a voice starting after a pause still holds the pause for this many
+#: windows (256 ms): no decision on the floor is made on them.
+ONSET_WINDOWS = 8
+_WINDOW_S = 0.032
 _FLOOR = 1e-10   # -100 dBFS: digital silence has a level, not -inf
 
 
 class LevelGate:
-    """Speech more than `below_db` dB under the speaker's running level is not the speaker's."""
+    """Speech more than `below_db` dB under the floor holder's running level may be a talker's."""
 
     def __init__(self, below_db: float, *, hold_db: float | None = None,
                  envelope_windows: int = 16, memory_windows: int = 940,
-                 learn_windows: int = 16) -> None:
+                 learn_windows: int = 16, floor_free_ms: int = 1500,
+                 floor_take_ms: int = 2000, soft_onset_ms: int = 600) -> None:
         """`below_db` > 0, `hold_db` >= it (default: `below_db` + HOLD_EXTRA_DB).
 
-        The counts are in VAD windows (32 ms).
+        The counts are in VAD windows (32 ms); the floor's timings (read by the segmenter)
+        in milliseconds.
         """
         if below_db <= 0:
             raise ValueError(f"below_db must be > 0, got {below_db!r}")
@@ -58,16 +80,23 @@ class LevelGate:
         self.hold_db = self.below_db + HOLD_EXTRA_DB if hold_db is None else float(hold_db)
         if self.hold_db < self.below_db:
             raise ValueError(f"hold_db ({hold_db!r}) must be >= below_db ({below_db!r})")
+        self.floor_free_ms = floor_free_ms
+        self.floor_take_ms = floor_take_ms
+        self.soft_onset_ms = soft_onset_ms
+        self.onset_windows = ONSET_WINDOWS
         self._energies: deque[float] = deque(maxlen=max(1, envelope_windows))
         self._learned: deque[float] = deque(maxlen=max(1, memory_windows))
         self._learn_windows = max(1, learn_windows)
         self._since_refresh = 0
+        self._windows = 0                         # windows heard
+        self._followed: tuple[float, int] | None = None   # (level, window) of a fade
         self.level_db = -100.0                    # the last window's level
         self.speaker_db: float | None = None      # the speaker's level, once learned
 
     def reset_stream(self) -> None:
         """A new stream: forget the recent windows, keep the speaker's level."""
         self._energies.clear()
+        self._followed = None
         self.level_db = -100.0
 
     def hear(self, window: np.ndarray) -> float:
@@ -76,6 +105,7 @@ class LevelGate:
         self._energies.append(float(np.mean(x * x)) if len(x) else 0.0)
         self.level_db = 10.0 * float(np.log10(max(sum(self._energies) / len(self._energies),
                                                    _FLOOR)))
+        self._windows += 1
         return self.level_db
 
     @property
@@ -83,23 +113,55 @@ class LevelGate:
         """How far the last window's level is under the speaker's (0 before it is learned)."""
         return 0.0 if self.speaker_db is None else self.speaker_db - self.level_db
 
+    def _fade_db(self) -> float | None:
+        """The followed level of the open utterance, decayed to now (None: nothing followed)."""
+        if self._followed is None:
+            return None
+        level, at = self._followed
+        return level - FADE_DB_PER_S * _WINDOW_S * (self._windows - at)
+
     def passes(self, holding: bool = False) -> bool:
         """The last window may be the speaker's (always, until their level is learned).
 
         `holding`: an utterance of the speaker's is open (they speak, or pause for less
         than the hangover): `hold_db` under their level passes, their quieter words and a
-        clause resumed softly; else `below_db`.
+        clause resumed softly, and so does a slow fade of the utterance; else `below_db`.
         """
         if self.speaker_db is None:
             return True
-        return self.level_db >= self.speaker_db - (self.hold_db if holding else self.below_db)
+        if not holding:
+            self._followed = None
+            return self.level_db >= self.speaker_db - self.below_db
+        if self.level_db >= self.speaker_db - self.hold_db:
+            return True
+        fade = self._fade_db()
+        return fade is not None and self.level_db >= fade - FADE_STEP_DB
 
     def learn(self) -> None:
         """The last window was the speaker's speech: its level feeds the speaker's."""
+        fade = self._fade_db()
+        self._followed = (self.level_db if fade is None else max(self.level_db, fade),
+                          self._windows)
         self._learned.append(self.level_db)
         self._since_refresh += 1
         if len(self._learned) >= self._learn_windows and (
                 self.speaker_db is None or self._since_refresh >= REFRESH_WINDOWS):
-            self.speaker_db = float(np.percentile(np.fromiter(self._learned, float),
-                                                  PERCENTILE))
-            self._since_refresh = 0
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self.speaker_db = float(np.percentile(np.fromiter(self._learned, float), PERCENTILE))
+        self._since_refresh = 0
+
+    def forget(self) -> None:
+        """The floor is free (nobody spoke for a while): the next voice is the speaker's."""
+        self._learned.clear()
+        self._followed = None
+        self.speaker_db = None
+        self._since_refresh = 0
+
+    def adopt(self, levels: list[float]) -> None:
+        """A quieter voice took the floor: its speech's `levels` are the speaker's from now."""
+        self.forget()
+        self._learned.extend(levels)
+        if len(self._learned) >= self._learn_windows:
+            self._refresh()

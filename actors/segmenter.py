@@ -49,7 +49,9 @@ class SegmenterActor(Actor):
         self.vad: SileroVad | None = None
         # The speaker, not the room: one gate for the process, so the speaker's level carries
         # from stream to stream (the same microphone, the same person).
-        self.gate = (LevelGate(config.speaker_gate_db, hold_db=config.speaker_hold_db)
+        self.gate = (LevelGate(config.speaker_gate_db, hold_db=config.speaker_hold_db,
+                               floor_free_ms=config.floor_free_ms,
+                               floor_take_ms=config.floor_take_ms)
                      if config.speaker_gate_db else None)
         self.segmenter: UtteranceSegmenter | None = None
         self.next_sample = 0

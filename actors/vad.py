@@ -156,6 +156,17 @@ class Gate(Protocol):
     def learn(self) -> None:
         """The last window was the speaker's speech."""
 
+    def forget(self) -> None:
+        """The floor is free: the next voice is the speaker's."""
+
+    def adopt(self, levels: list[float]) -> None:
+        """A quieter voice took the floor: these levels of its speech are the speaker's."""
+
+    floor_free_ms: int    # nobody spoke this long: the floor is free
+    floor_take_ms: int    # held-back speech this long without the holder takes the floor
+    soft_onset_ms: int    # a held-back stretch this short before the holder's speech is theirs
+    onset_windows: int    # the level still holds the pause this many windows into speech
+
 
 class VadModel(Protocol):
     """What the segmenter needs from a VAD; :class:`SileroVad` is the production one."""
@@ -246,6 +257,19 @@ class SpeechRejected:
     below_db: float
 
 
+@dataclass
+class _Held:
+    """Speech the gate held back: whose it is is decided by what comes next (the floor)."""
+
+    start: int                 # first held-back speech window
+    end: int                   # end of the last one
+    below_db: float            # how far under the speaker's level, at its loudest
+    after_pause: bool          # a pause (at least the hangover) was heard just before it
+    windows: list[tuple[int, float]]   # every window since `start`: (start, VAD prob)
+    speech: list[tuple[int, float, float]]   # each held-back speech window: (end, the gate's
+    #                                          level, the window's own level), in dB
+
+
 Event = (SpeechStarted | UtterancePaused | UtteranceGrowing | UtteranceEnded | SpeechDiscarded
          | SpeechRejected)
 
@@ -328,8 +352,14 @@ class UtteranceSegmenter:
     With a ``gate`` (the speaker, not the room: :mod:`actors.gate`), a window the gate does
     not pass is silence whatever the VAD says: it opens nothing, and it starts (or goes on
     with) a silence run in speech. In an open utterance the gate holds (passes quieter
-    speech) until the hangover closes it. Such speech, at least ``min_speech_ms`` of it with less
-    than ``hangover_ms`` between its windows, is reported once it ends (``SpeechRejected``).
+    speech) until the hangover closes it. Speech the gate does not pass is held back, audio
+    and all, until the floor decides whose it is: the holder (the voice whose level the gate
+    keeps) heard again means it was under them, and it is reported (``SpeechRejected``, at
+    least ``min_speech_ms`` of it), unless it was a short soft start after a pause running
+    into their speech, which opens their utterance; held-back speech going on for the gate's
+    ``floor_take_ms``, or followed by ``floor_free_ms`` without speech, took the floor: the gate
+    adopts its level and it is segmented as if it had passed from the start (its events come
+    late by that much). After ``floor_free_ms`` without speech the next voice passes at once.
 
     Memory: only the pre-roll ring (idle) or the open utterance, plus less than one VAD window
     and the frame being pushed, is held.
@@ -361,7 +391,11 @@ class UtteranceSegmenter:
         self._vad.reset()
         if self._gate is not None:
             self._gate.reset_stream()
-        self._rejected: list | None = None  # speech the gate refused: [start, end, below_db]
+        self._held: _Held | None = None   # speech the gate held back, whose is undecided
+        self._soft_onset: int | None = None   # the next opening starts here (a soft start)
+        self._voice_end: int | None = None  # end of the last speech window heard, any voice
+        self._onset: int | None = None   # the last speech start after a pause
+        self._stream_start = 0
         self._buffer = _SampleBuffer(self._pre_roll + 2 * WINDOW_SAMPLES)
         self._scored_end = 0  # end of the last window the VAD has scored
         self._floor = 0  # end of the last emitted utterance: pre-roll never reaches before it
@@ -381,7 +415,7 @@ class UtteranceSegmenter:
     def start_at(self, sample: int) -> None:
         """Begin the stream at absolute ``sample`` rather than 0 (a resumed recording)."""
         assert not len(self._buffer) and not self._in_speech, "start_at() on a fresh stream only"
-        self._buffer.start = self._scored_end = self._floor = sample
+        self._buffer.start = self._scored_end = self._floor = self._stream_start = sample
 
     @property
     def retained_samples(self) -> int:
@@ -407,7 +441,8 @@ class UtteranceSegmenter:
         starts a new stream at sample 0; utterance indices keep counting.
         """
         events: list[Event] = []
-        self._end_rejected(None, events)
+        if self._held is not None:   # the stream ended before the floor was decided
+            self._reject(self._held, events)
         if self._in_speech:
             end = min(self._speech_end + self._post_roll, self._buffer.end)
             self._close(end, forced=False, events=events)
@@ -439,40 +474,103 @@ class UtteranceSegmenter:
     # -- state machine -------------------------------------------------------------------
 
     def _judge(self, window_start: int, window_end: int, prob: float,
-               events: list[Event]) -> float:
-        """The window's speech probability once the gate has heard it (0: not the speaker)."""
+               events: list[Event]) -> float | None:
+        """The window's speech probability once the gate has heard it (0: held back).
+
+        None: the window was segmented already (held-back speech took the floor with it).
+        """
         gate = self._gate
-        gate.hear(self._buffer.copy(window_start, window_end))
+        speech = prob >= self._threshold
+        quiet = window_start - (self._stream_start if self._voice_end is None
+                                else self._voice_end)
+        samples = self._buffer.copy(window_start, window_end)
+        level = gate.hear(samples)
+        # The window's own level: a voice as loud as the holder's, whatever the envelope says
+        # (it still holds the pause or the quieter voice before: the holder coming back).
+        own = 10.0 * float(np.log10(max(float(np.mean(samples * samples)), 1e-10)))
+        loud = gate.speaker_db is not None and own >= gate.speaker_db - gate.below_db
+        held = self._held
+        if speech:
+            if quiet >= self._hangover:
+                self._onset = window_start
+            self._voice_end = window_end
+            if held is None and not self._in_speech and \
+                    quiet >= gate.floor_free_ms * BUS_RATE // 1000:
+                gate.forget()   # nobody spoke for a while: the floor is free
+        if held is not None:
+            held.windows.append((window_start, prob))
         # In an open utterance (speech, or a pause shorter than the hangover) the speaker's
         # quieter words pass: a clause resumed softly after a comma stays in its utterance.
         if prob >= self._neg_threshold and not gate.passes(self._in_speech):
-            if prob >= self._threshold:
-                below = gate.below_speaker_db
-                if self._rejected is None:
-                    self._rejected = [window_start, window_end, below]
+            if speech:
+                if held is None:
+                    self._held = _Held(window_start, window_end, gate.below_speaker_db,
+                                       quiet >= self._hangover, [(window_start, prob)],
+                                       [(window_end, level, own)])
                 else:
-                    self._rejected[1:] = [window_end, min(self._rejected[2], below)]
-            return 0.0
-        if prob >= self._threshold:
+                    held.end = window_end
+                    held.below_db = min(held.below_db, gate.below_speaker_db)
+                    held.speech.append((window_end, level, own))
+            prob = 0.0
+        elif speech:
             gate.learn()
-            self._end_rejected(None, events)
-        else:
-            self._end_rejected(window_end, events)
+            if held is not None:   # the holder is heard again: the held speech was under them
+                self._held = None
+                self._unhold_holder(held, window_start)
+                if held.after_pause and not self._in_speech and \
+                        window_start - held.end < self._hangover and \
+                        held.end - held.start <= gate.soft_onset_ms * BUS_RATE // 1000:
+                    self._soft_onset = held.start   # their own soft first word
+                elif not self._in_speech or held.start < self._start:
+                    self._reject(held, events)      # (inside their open utterance: kept)
+        held = self._held
+        # Not on the holder's first windows back (their envelope is low for a few windows).
+        settled = not loud and (self._onset is None or
+                                window_start - self._onset >= gate.onset_windows * WINDOW_SAMPLES)
+        if held is not None and settled and not self._in_speech and (
+                held.end - held.start >= gate.floor_take_ms * BUS_RATE // 1000 or
+                window_end - held.end >= gate.floor_free_ms * BUS_RATE // 1000):
+            # Nobody took it back: the held-back voice has the floor, from its first window.
+            self._held = None
+            gate.adopt([level for _, level, _ in held.speech])
+            for start, p in held.windows:
+                self._step(start, p, events)
+            return None
         return prob
 
-    def _end_rejected(self, now: int | None, events: list[Event]) -> None:
-        """Report the refused speech once it is over (at once with ``now`` None)."""
-        run = self._rejected
-        if run is None or (now is not None and now - run[1] < self._hangover):
-            return
-        self._rejected = None
-        if run[1] - run[0] >= self._min_speech:
-            events.append(SpeechRejected(run[0], run[1], round(run[2], 1)))
+    def _unhold_holder(self, held: _Held, now: int) -> None:
+        """The holder is back at `now`: their first windows, held for a low envelope, are theirs.
+
+        Those are the last held windows (within the gate's ``onset_windows``) after a gap, or
+        as loud as the holder on their own.
+        """
+        limit = self._gate.speaker_db - self._gate.below_db
+        recent = now - self._gate.onset_windows * WINDOW_SAMPLES
+        speech = held.speech
+        run = len(speech) - 1   # the last run of held windows without a gap
+        while run > 0 and speech[run][0] - speech[run - 1][0] == WINDOW_SAMPLES:
+            run -= 1
+        if run > 0 and speech[run][0] - WINDOW_SAMPLES >= recent:
+            del speech[run:]    # they started again just now, after a gap: the holder
+        while len(speech) > 1 and speech[-1][0] > recent and speech[-1][2] >= limit:
+            speech.pop()
+        held.end = speech[-1][0]
+
+    def _reject(self, held: _Held, events: list[Event]) -> None:
+        """Report held-back speech as not the speaker's (when long enough to be speech)."""
+        if held.end - held.start >= self._min_speech:
+            events.append(SpeechRejected(held.start, held.end, round(held.below_db, 1)))
 
     def _on_window(self, window_start: int, prob: float, events: list[Event]) -> None:
-        window_end = window_start + WINDOW_SAMPLES
         if self._gate is not None:
-            prob = self._judge(window_start, window_end, prob, events)
+            prob = self._judge(window_start, window_start + WINDOW_SAMPLES, prob, events)
+            if prob is None:
+                return
+        self._step(window_start, prob, events)
+
+    def _step(self, window_start: int, prob: float, events: list[Event]) -> None:
+        """The state machine, one window on."""
+        window_end = window_start + WINDOW_SAMPLES
         if not self._in_speech:
             if prob >= self._threshold:
                 self._open(window_start, window_end, events)
@@ -513,6 +611,8 @@ class UtteranceSegmenter:
             events.append(UtteranceGrowing(self._utterance(window_end, window_end, False)))
 
     def _open(self, window_start: int, window_end: int, events: list[Event]) -> None:
+        if self._soft_onset is not None:
+            window_start, self._soft_onset = min(window_start, self._soft_onset), None
         self._in_speech = True
         self._paused_at = None
         self._continuation = False
@@ -596,5 +696,6 @@ class UtteranceSegmenter:
         if self._in_speech:
             self._buffer.drop_before(self._start)
         else:
-            # The next onset is a window starting at _scored_end or later.
-            self._buffer.drop_before(max(self._scored_end - self._pre_roll, self._floor))
+            # The next onset is a window starting at _scored_end or later, or held-back speech.
+            keep = self._scored_end if self._held is None else self._held.start
+            self._buffer.drop_before(max(keep - self._pre_roll, self._floor))

@@ -93,16 +93,18 @@ def _ignored(driver) -> tuple[list[str], str]:
 
 
 def _session_with_a_talker(path: Path, clips: list[Path], pause_s: float = 2.0) -> None:
-    """The clips `pause_s` apart, and after the second a pause where a second talker (piper's
-    man, 14 dB under the speaker, as at the next stand) says a sentence alone."""
+    """The clips `pause_s` apart, and after the second a short pause where a second talker
+    (piper's man, 14 dB under the speaker, as at the next stand) says 1.5 s alone before the
+    speaker goes on: a voice under the one that holds the floor."""
     speech = [read_16k(clip) for clip in clips]
     talk, _ = room.talker_speech(2.0)
     level = room.active_rms(np.concatenate(speech))
-    talk = talk / room.active_rms(talk) * level * 10 ** (-14 / 20)
+    talk = (talk / room.active_rms(talk) * level * 10 ** (-14 / 20))[:round(1.5 * BUS_RATE)]
     pause = np.zeros(round(pause_s * BUS_RATE), np.float32)
+    short = np.zeros(round(0.4 * BUS_RATE), np.float32)
     parts = [pause]
     for i, clip in enumerate(speech):
-        parts += [clip, pause] + ([talk.astype(np.float32), pause] if i == 1 else [])
+        parts += [clip] + ([short, talk.astype(np.float32), short] if i == 1 else [pause])
     sf.write(path, np.concatenate(parts), BUS_RATE, subtype="PCM_16")
 
 
