@@ -14,19 +14,21 @@ window (the segmenter's 32 ms VAD windows), and the segmenter by timing (the flo
   the gate let through, so a quieter talker never teaches it their level;
 * speech more than ``below_db`` under the speaker's level may not be the speaker's; while an
   utterance of theirs is open, ``hold_db`` under passes (their quieter words, a clause resumed
-  softly after a comma), and so does a sentence that fades slowly (its level falls at most
-  ``FADE_DB_PER_S``: a fade is followed, a voice that stops under a talker falls faster).
+  softly after a comma), and so does a sentence fading out further: the hold follows the
+  utterance's own level down at most ``FADE_DB_PER_S``, passing down to ``FADE_STEP_DB``
+  under it (a voice that stops with a talker under it takes the 512 ms envelope down faster,
+  ~20 dB/s, and leaves it).
 
 Level alone would make the interpreter deaf to anyone quieter than the first voice. Who is
 speaking is decided by the floor (``actors.vad.UtteranceSegmenter`` keeps it with this
 gate's timings): quieter speech is held back, not thrown away, and it is refused only when the
 voice that holds the floor is heard again soon (a talker under the speaker, overlapping or
-between their sentences). Quieter speech that goes on for ``floor_take_ms`` without the
-holder, or after which nobody speaks for ``floor_free_ms``, took the floor: it is
-interpreted from its first window and its level becomes the speaker's (:meth:`adopt`). After
-``floor_free_ms`` without any speech the floor is free: the next voice takes it at once
-(:meth:`forget`). A short quieter stretch after a pause that runs straight into the holder's
-speech (a soft first word, at most ``soft_onset_ms``) is the holder's own.
+between their sentences). Quieter speech that goes on for ``floor_take_ms`` (of speech)
+without the holder, or with nobody speaking for ``floor_free_ms`` before and after it (a
+question from the floor), took the floor: it is interpreted from its first window and its
+level becomes the speaker's (:meth:`adopt`); a louder voice later takes the floor back at
+once (it passes). A short quieter stretch after a pause that runs straight into the
+holder's speech (a soft first word, at most ``soft_onset_ms``) is the holder's own.
 
 Until ``learn_windows`` of speech have been heard (half a second) the gate lets everything
 through: the first voice at the microphone is taken to be the speaker's. A louder voice later
@@ -49,16 +51,14 @@ PERCENTILE = 90.0
 REFRESH_WINDOWS = 8
 #: While the speaker speaks (no pause yet), this much further under their level still passes.
 HOLD_EXTRA_DB = 2.0
-#: A sentence fading: the hold follows the utterance's own level down at most this fast. A
-#: voice that stops under a talker 10 dB below takes the 512 ms envelope down ~20 dB/s; a
-#: sentence fading by 15 dB over its last 2-3 s falls 5-8 dB/s.
+#: A sentence fading out (15 dB over its last 2-2.5 s falls 6-8 dB/s): the level the hold
+#: follows falls at most this fast, and windows down to FADE_STEP_DB under it pass.
 FADE_DB_PER_S = 9.0
-#: ... passing windows down to this far under the followed level.
 FADE_STEP_DB = 4.0
+_WINDOW_S = 0.032
 #: The envelope of a voice starting after a pause still holds the pause for this many
 #: windows (256 ms): no decision on the floor is made on them.
 ONSET_WINDOWS = 8
-_WINDOW_S = 0.032
 _FLOOR = 1e-10   # -100 dBFS: digital silence has a level, not -inf
 
 
@@ -84,12 +84,12 @@ class LevelGate:
         self.floor_take_ms = floor_take_ms
         self.soft_onset_ms = soft_onset_ms
         self.onset_windows = ONSET_WINDOWS
+        self._windows = 0                         # windows heard
+        self._followed: tuple[float, int] | None = None   # a fade: (level, window) followed
         self._energies: deque[float] = deque(maxlen=max(1, envelope_windows))
         self._learned: deque[float] = deque(maxlen=max(1, memory_windows))
         self._learn_windows = max(1, learn_windows)
         self._since_refresh = 0
-        self._windows = 0                         # windows heard
-        self._followed: tuple[float, int] | None = None   # (level, window) of a fade
         self.level_db = -100.0                    # the last window's level
         self.speaker_db: float | None = None      # the speaker's level, once learned
 
@@ -113,19 +113,12 @@ class LevelGate:
         """How far the last window's level is under the speaker's (0 before it is learned)."""
         return 0.0 if self.speaker_db is None else self.speaker_db - self.level_db
 
-    def _fade_db(self) -> float | None:
-        """The followed level of the open utterance, decayed to now (None: nothing followed)."""
-        if self._followed is None:
-            return None
-        level, at = self._followed
-        return level - FADE_DB_PER_S * _WINDOW_S * (self._windows - at)
-
     def passes(self, holding: bool = False) -> bool:
         """The last window may be the speaker's (always, until their level is learned).
 
         `holding`: an utterance of the speaker's is open (they speak, or pause for less
         than the hangover): `hold_db` under their level passes, their quieter words and a
-        clause resumed softly, and so does a slow fade of the utterance; else `below_db`.
+        clause resumed softly, and a fade (see the module); else `below_db`.
         """
         if self.speaker_db is None:
             return True
@@ -136,6 +129,13 @@ class LevelGate:
             return True
         fade = self._fade_db()
         return fade is not None and self.level_db >= fade - FADE_STEP_DB
+
+    def _fade_db(self) -> float | None:
+        """The level followed in the open utterance, fallen to now (None: none followed)."""
+        if self._followed is None:
+            return None
+        level, at = self._followed
+        return level - FADE_DB_PER_S * _WINDOW_S * (self._windows - at)
 
     def learn(self) -> None:
         """The last window was the speaker's speech: its level feeds the speaker's."""
@@ -153,7 +153,7 @@ class LevelGate:
         self._since_refresh = 0
 
     def forget(self) -> None:
-        """The floor is free (nobody spoke for a while): the next voice is the speaker's."""
+        """Forget the speaker's level: the next voice heard is the speaker's."""
         self._learned.clear()
         self._followed = None
         self.speaker_db = None
@@ -163,5 +163,6 @@ class LevelGate:
         """A quieter voice took the floor: its speech's `levels` are the speaker's from now."""
         self.forget()
         self._learned.extend(levels)
-        if len(self._learned) >= self._learn_windows:
+        if self._learned:
             self._refresh()
+            self._followed = (levels[-1], self._windows)   # their utterance goes on

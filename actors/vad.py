@@ -157,12 +157,12 @@ class Gate(Protocol):
         """The last window was the speaker's speech."""
 
     def forget(self) -> None:
-        """The floor is free: the next voice is the speaker's."""
+        """Forget the speaker's level: the next voice heard is the speaker's."""
 
     def adopt(self, levels: list[float]) -> None:
         """A quieter voice took the floor: these levels of its speech are the speaker's."""
 
-    floor_free_ms: int    # nobody spoke this long: the floor is free
+    floor_free_ms: int    # nobody spoke this long before and after held-back speech: theirs
     floor_take_ms: int    # held-back speech this long without the holder takes the floor
     soft_onset_ms: int    # a held-back stretch this short before the holder's speech is theirs
     onset_windows: int    # the level still holds the pause this many windows into speech
@@ -264,7 +264,7 @@ class _Held:
     start: int                 # first held-back speech window
     end: int                   # end of the last one
     below_db: float            # how far under the speaker's level, at its loudest
-    after_pause: bool          # a pause (at least the hangover) was heard just before it
+    quiet_before: int          # samples without speech heard just before it
     windows: list[tuple[int, float]]   # every window since `start`: (start, VAD prob)
     speech: list[tuple[int, float, float]]   # each held-back speech window: (end, the gate's
     #                                          level, the window's own level), in dB
@@ -356,10 +356,11 @@ class UtteranceSegmenter:
     and all, until the floor decides whose it is: the holder (the voice whose level the gate
     keeps) heard again means it was under them, and it is reported (``SpeechRejected``, at
     least ``min_speech_ms`` of it), unless it was a short soft start after a pause running
-    into their speech, which opens their utterance; held-back speech going on for the gate's
-    ``floor_take_ms``, or followed by ``floor_free_ms`` without speech, took the floor: the gate
-    adopts its level and it is segmented as if it had passed from the start (its events come
-    late by that much). After ``floor_free_ms`` without speech the next voice passes at once.
+    into their speech, which opens their utterance; the gate's ``floor_take_ms`` of held-back
+    speech, or held-back speech with ``floor_free_ms`` without speech before and after it (a
+    question from the floor; not a voice that went on as the holder stopped), took
+    the floor: the gate adopts its level and it is segmented as if it had passed from the
+    start (its events come late by that much).
 
     Memory: only the pre-roll ring (idle) or the open utterance, plus less than one VAD window
     and the frame being pushed, is held.
@@ -494,9 +495,6 @@ class UtteranceSegmenter:
             if quiet >= self._hangover:
                 self._onset = window_start
             self._voice_end = window_end
-            if held is None and not self._in_speech and \
-                    quiet >= gate.floor_free_ms * BUS_RATE // 1000:
-                gate.forget()   # nobody spoke for a while: the floor is free
         if held is not None:
             held.windows.append((window_start, prob))
         # In an open utterance (speech, or a pause shorter than the hangover) the speaker's
@@ -505,7 +503,7 @@ class UtteranceSegmenter:
             if speech:
                 if held is None:
                     self._held = _Held(window_start, window_end, gate.below_speaker_db,
-                                       quiet >= self._hangover, [(window_start, prob)],
+                                       quiet, [(window_start, prob)],
                                        [(window_end, level, own)])
                 else:
                     held.end = window_end
@@ -517,7 +515,7 @@ class UtteranceSegmenter:
             if held is not None:   # the holder is heard again: the held speech was under them
                 self._held = None
                 self._unhold_holder(held, window_start)
-                if held.after_pause and not self._in_speech and \
+                if held.quiet_before >= self._hangover and not self._in_speech and \
                         window_start - held.end < self._hangover and \
                         held.end - held.start <= gate.soft_onset_ms * BUS_RATE // 1000:
                     self._soft_onset = held.start   # their own soft first word
@@ -527,9 +525,12 @@ class UtteranceSegmenter:
         # Not on the holder's first windows back (their envelope is low for a few windows).
         settled = not loud and (self._onset is None or
                                 window_start - self._onset >= gate.onset_windows * WINDOW_SAMPLES)
+        free = gate.floor_free_ms * BUS_RATE // 1000
         if held is not None and settled and not self._in_speech and (
-                held.end - held.start >= gate.floor_take_ms * BUS_RATE // 1000 or
-                window_end - held.end >= gate.floor_free_ms * BUS_RATE // 1000):
+                len(held.speech) * WINDOW_SAMPLES >= gate.floor_take_ms * BUS_RATE // 1000 or
+                # the floor was free when it began, and is again after it: it was theirs
+                held.quiet_before >= free and window_end - held.end >= free and
+                len(held.speech) * WINDOW_SAMPLES >= self._min_speech):
             # Nobody took it back: the held-back voice has the floor, from its first window.
             self._held = None
             gate.adopt([level for _, level, _ in held.speech])
@@ -542,7 +543,7 @@ class UtteranceSegmenter:
         """The holder is back at `now`: their first windows, held for a low envelope, are theirs.
 
         Those are the last held windows (within the gate's ``onset_windows``) after a gap, or
-        as loud as the holder on their own.
+        from the first of them as loud as the holder on its own.
         """
         limit = self._gate.speaker_db - self._gate.below_db
         recent = now - self._gate.onset_windows * WINDOW_SAMPLES
@@ -552,8 +553,9 @@ class UtteranceSegmenter:
             run -= 1
         if run > 0 and speech[run][0] - WINDOW_SAMPLES >= recent:
             del speech[run:]    # they started again just now, after a gap: the holder
-        while len(speech) > 1 and speech[-1][0] > recent and speech[-1][2] >= limit:
-            speech.pop()
+        loud = [i for i, (end, _, own) in enumerate(speech) if end > recent and own >= limit]
+        if loud and loud[0] > 0:
+            del speech[loud[0]:]   # from their first loud window on (a consonant may dip)
         held.end = speech[-1][0]
 
     def _reject(self, held: _Held, events: list[Event]) -> None:

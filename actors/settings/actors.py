@@ -124,10 +124,9 @@ class SegmenterActorConfig(ActorConfig, VadKnobs):
     speaker_hold_db: float = Between(0.0, 40.0, 10.0)
     # Nobody is made deaf by it (the floor): quieter speech is held back, and refused only when
     # the voice holding the floor is heard again soon (a talker under the speaker). Held-back
-    # speech that goes on for floor_take_ms without the holder, or after which nobody speaks
-    # for floor_free_ms, took the floor (a new, quieter speaker): it is interpreted from its
-    # first word, that much later. After floor_free_ms without speech the next voice has the
-    # floor at once. See docs/room.md.
+    # speech that goes on for floor_take_ms without the holder, or with nobody speaking for
+    # floor_free_ms before and after it, took the floor (a new, quieter speaker; a question
+    # from the floor): it is interpreted from its first word, that much later. docs/room.md.
     floor_free_ms: int = Between(500, 10_000, 1500)
     floor_take_ms: int = Between(500, 10_000, 2000)
 
