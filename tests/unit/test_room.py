@@ -42,7 +42,7 @@ def test_noises_have_their_colour_and_unit_level():
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("room")
     items = corpus_items(DEFAULT_CORPUS, "pt", limit=2)
-    conds = room.conditions((10.0, 5.0), (10.0,))
+    conds = room.conditions((10.0, 5.0), (10.0,), people=False)
     return items, out, room.build(items, out, conds)
 
 
@@ -113,10 +113,11 @@ def test_analyse_reads_wer_intrusions_made_up_lines_and_latency_per_condition():
     assert out["no speech: silence"]["spoken_share"] is None
     assert out["no speech: silence"]["texts"] == ["Thank you."]
     table = room.markdown(out)
-    assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | 1.25 (+0.25) |" in table
-    assert "| no speech: silence | - | - | 1 | 1.00 |" in table
+    assert ("| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | 100.0 % | 0 s | 1.25 (+0.25) |"
+            in table)
+    assert "| no speech: silence | - | - | 1 | - | 0 s | 1.00 |" in table
     fast = room.markdown(out, real_time=False)   # --fast: no latency to speak of
-    assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | - |" in fast
+    assert "| talker -10 dB | 100.0 % | 2 of 5 (40.0 %) | - | 100.0 % | 0 s | - |" in fast
     assert "no latency is given" in fast
 
 

@@ -74,10 +74,12 @@ class Condition:
     @property
     def name(self) -> str:
         """How the report names it: "pink 10 dB", "talker -10 dB", "no speech: silence"."""
+        if self.kind in PEOPLE:
+            return PEOPLE[self.kind]
         if self.kind == "clean":
             return "clean"
-        if self.kind == "talker":
-            return f"talker -{self.level_db:g} dB"
+        if self.kind in ("talker", "talker-real"):
+            return f"{'talker' if self.kind == 'talker' else 'real talker'} -{self.level_db:g} dB"
         if self.kind in NOISES:
             return f"{self.kind} {self.level_db:g} dB"
         return f"no speech: {self.kind}" + (f" {self.level_db:g} dBFS"
@@ -86,17 +88,37 @@ class Condition:
     @property
     def speech(self) -> bool:
         """Whether the speaker speaks in it."""
-        return self.kind in ("clean", "talker", *NOISES)
+        return self.kind in ("clean", "talker", "talker-real", *NOISES, *PEOPLE)
 
 
-def conditions(snrs=DEFAULT_SNRS, talker_dbs=DEFAULT_TALKER_DB) -> list[Condition]:
-    """Clean, each noise at each SNR, the talker at each level, then the three silences."""
+#: The people's conditions (`readers`), with their names in the report.
+PEOPLE = {"alone": "each reader alone", "readers": "readers in turn, 0 to -25 dB",
+          "readers-no-pause": "readers in turn, no pause", "soft-starts": "soft starts",
+          "fading": "sentences fading 15 dB"}
+
+
+def conditions(snrs=DEFAULT_SNRS, talker_dbs=DEFAULT_TALKER_DB,
+               people: bool = True) -> list[Condition]:
+    """Every condition of the room, in the session's order.
+
+    Clean, each noise at each SNR, the talker (piper's, then a real person's) at each level,
+    the three silences, then the people's sessions (`readers`).
+    """
     out = [Condition("clean")]
     out += [Condition(kind, float(snr)) for snr in snrs for kind in NOISES]
     out += [Condition("talker", float(db)) for db in talker_dbs]
+    if people:
+        out += [Condition("talker-real", float(db)) for db in talker_dbs]
     out += [Condition("quiet-pink", QUIET_DBFS), Condition("quiet-tones", QUIET_DBFS),
             Condition("silence")]
+    if people:
+        out += [Condition(kind) for kind in PEOPLE]
     return out
+
+
+def condition_entry(cond: Condition) -> dict:
+    """A condition as the manifest lists it."""
+    return asdict(cond) | {"name": cond.name}
 
 
 # --- sounds -------------------------------------------------------------------------------
@@ -181,13 +203,21 @@ def talker_speech(seconds: float) -> tuple[np.ndarray, list[tuple[str, int, int]
     audio and each sentence read with its first and last sample.
     """
     say = reader()
+    return read_aloud(((line, say(line)) for line in TALKER_LINES), seconds)
+
+
+def read_aloud(lines, seconds: float) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
+    """`lines` ((text, 16 kHz audio) pairs, repeated) 0.3 s apart for at least `seconds`.
+
+    Returns the audio and each line read with its first and last sample.
+    """
+    lines = list(lines)
     gap = np.zeros(int(0.3 * BUS_RATE), np.float32)
     parts: list[np.ndarray] = []
     spans: list[tuple[str, int, int]] = []
     total = 0
     while total < seconds * BUS_RATE:
-        line = TALKER_LINES[len(spans) % len(TALKER_LINES)]
-        audio = say(line)
+        line, audio = lines[len(spans) % len(lines)]
         parts += [audio, gap]
         spans.append((line, total, total + len(audio)))
         total += len(audio) + len(gap)
@@ -196,7 +226,8 @@ def talker_speech(seconds: float) -> tuple[np.ndarray, list[tuple[str, int, int]
 
 # --- the room corpus ------------------------------------------------------------------------
 
-def _read(path: Path) -> np.ndarray:
+def read16k(path: Path) -> np.ndarray:
+    """An audio file as 16 kHz mono float32."""
     import soundfile as sf
     import soxr
 
@@ -216,7 +247,7 @@ def _talker_words(lines: list[str]) -> list[str]:
     return benchmetrics.normalize_text(" ".join(lines)).split()
 
 
-def _under(spans: list[tuple[str, int, int]], start: int, end: int) -> tuple[list[str], float]:
+def under(spans: list[tuple[str, int, int]], start: int, end: int) -> tuple[list[str], float]:
     """The talker's sentences heard in samples [start, end), and how many of their words.
 
     A sentence partly inside counts its words times the share of it inside.
@@ -239,7 +270,7 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
     """
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    clips = {item.name: _read(item.path) for item in items}
+    clips = {item.name: read16k(item.path) for item in items}
     talkers = sum(c.kind == "talker" for c in conds)
     heard_s = sum(len(c) / BUS_RATE + LEAD_S + TAIL_S for c in clips.values())
     audio, spans = talker_speech(talkers * heard_s) if talkers else (np.zeros(0, np.float32),
@@ -247,6 +278,8 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
     files: dict[str, dict] = {}
     at = 0   # where the talker is: each clip hears the next part of what they say
     for cond in conds:
+        if cond.kind in PEOPLE or cond.kind == "talker-real":
+            raise ValueError(f"{cond.name}: the people's conditions are built by readers.build")
         tag = cond.name.replace(":", "").replace(" ", "_")
         if not cond.speech:
             n = int(NO_SPEECH_S * BUS_RATE)
@@ -273,7 +306,7 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
                 mixed = speech + noise * level * 10 ** (-cond.level_db / 20)
             elif cond.kind == "talker":
                 cut = audio[at:at + len(speech)]
-                entry["talker_lines"], words = _under(spans, at, at + len(speech))
+                entry["talker_lines"], words = under(spans, at, at + len(speech))
                 entry["talker_words"] = round(words)
                 at += len(speech)
                 mixed = speech + cut / max(active_rms(cut), 1e-9) * level * \
@@ -282,8 +315,19 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
             write_wav(out / f"{name}.wav", mixed.astype(np.float32))
             (out / f"{name}.txt").write_text(item.ref_text or "", encoding="utf-8")
             files[name] = entry
-    manifest = {"seed": seed, "conditions": [asdict(c) | {"name": c.name} for c in conds],
+    manifest = {"seed": seed, "conditions": [condition_entry(c) for c in conds],
                 "files": files}
+    (out / "room.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return manifest
+
+
+def merge(manifest: dict, people: dict, conds: list[Condition], out: Path) -> dict:
+    """`build`'s manifest with the people's (`readers.build`) in it, as `room.json` too.
+
+    The conditions are listed in `conds`' order.
+    """
+    manifest = manifest | {"conditions": [condition_entry(c) for c in conds],
+                           "files": manifest["files"] | people["files"]}
     (out / "room.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return manifest
 
@@ -326,7 +370,7 @@ def analyse(report: dict, manifest: dict) -> dict:
         else:   # no speech: every committed line is one the room made up
             entry["lines"] = len(rows)
             entry["texts"] = [r["text"] for r in rows]
-        if cond["kind"] == "talker":
+        if cond["kind"] in ("talker", "talker-real"):
             said = 0
             intruded: list[str] = []
             for f, e in files.items():
@@ -346,7 +390,14 @@ def analyse(report: dict, manifest: dict) -> dict:
                 for f, e in files.items() if e["reference"]]
         matched, words = benchmetrics.matched_words([a for a, _ in said], [b for _, b in said])
         entry["spoken_share"] = round(matched / words, 4) if words else None
+        ignored = [s["length_s"] for s in report.get("ignored") or [] if s["file"] in files]
+        entry["ignored_s"] = round(sum(ignored), 2)
+        entry["ignored"] = len(ignored)
         out[name] = entry
+    alone = out.get(PEOPLE["alone"], {}).get("wer")
+    for kind in ("readers", "readers-no-pause"):
+        if PEOPLE[kind] in out:   # the same clips, each reader alone at the speaker's level
+            out[PEOPLE[kind]]["wer_alone"] = alone
     clean = out.get("clean", {}).get("latency_p50_s")
     for entry in out.values():
         lat = entry["latency_p50_s"]
@@ -358,12 +409,19 @@ def markdown(room: dict, real_time: bool = True) -> str:
     """The room table of a report; latency only of a real-time run (`--fast` has none)."""
     lines = ["## The room", "",
              "| condition | WER | intrusions (talker words spoken) | lines on no speech "
-             "| latency p50 s (cost) |", "|---|---|---|---|---|"]
+             "| spoken | speech ignored | latency p50 s (cost) |",
+             "|---|---|---|---|---|---|---|"]
     if not real_time:
         lines[2:2] = ["(--fast: the file is read faster than real time, so no latency is "
                       "given; run without --fast for the latency cost)", ""]
     for name, e in room.items():
         wer = f"{100 * e['wer']:.1f} %" if "wer" in e else "-"
+        if e.get("wer_alone") is not None:
+            wer += f" (alone {100 * e['wer_alone']:.1f} %)"
+        share = e.get("spoken_share")
+        share = "-" if share is None else f"{100 * share:.1f} %"
+        ignored = (f"{e['ignored_s']:.1f} s ({e['ignored']})" if e.get("ignored")
+                   else "0 s" if "ignored_s" in e else "-")
         intr = e.get("intrusions")
         intr = (f"{intr['words']} of {intr['talker_words']} "
                 f"({100 * (intr['share'] or 0):.1f} %)" if intr else "-")
@@ -372,5 +430,5 @@ def markdown(room: dict, real_time: bool = True) -> str:
         cost = e["latency_cost_s"]
         lat = "-" if lat is None or not real_time else \
             f"{lat:.2f}" + (f" ({cost:+.2f})" if cost else "")
-        lines.append(f"| {name} | {wer} | {intr} | {said} | {lat} |")
+        lines.append(f"| {name} | {wer} | {intr} | {said} | {share} | {ignored} | {lat} |")
     return "\n".join(lines) + "\n"

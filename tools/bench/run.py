@@ -43,8 +43,8 @@ from voxweft.protocol.messages import (
     trace_ns,
 )
 from voxweft.tools.bench import metrics as benchmetrics
+from voxweft.tools.bench import readers, room, terms
 from voxweft.tools.bench import report as benchreport
-from voxweft.tools.bench import room, terms
 from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, stage_times, summarize, utterance_latency
@@ -925,7 +925,11 @@ def bench_room(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast
     print(f"voxweft bench: the room: {len(items)} file(s) under noise at "
           f"{', '.join(f'{s:g}' for s in snrs)} dB SNR, a second talker "
           f"{', '.join(f'{d:g}' for d in talker_dbs)} dB below, and no speech", flush=True)
-    manifest = room.build(items, out / "room", room.conditions(snrs, talker_dbs))
+    conds = room.conditions(snrs, talker_dbs)
+    manifest = room.merge(
+        room.build(items, out / "room", [c for c in conds if c.kind not in readers.KINDS]),
+        readers.build(items, out / "room", [c for c in conds if c.kind in readers.KINDS]),
+        conds, out / "room")
     report = bench(base, out / "room", out, src, tgt, fast, **options)
     report["room"] = room.analyse(report, manifest)
     write(report, out)
