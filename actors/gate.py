@@ -30,6 +30,12 @@ level becomes the speaker's (:meth:`adopt`); a louder voice later takes the floo
 once (it passes). A short quieter stretch after a pause that runs straight into the
 holder's speech (a soft first word, at most ``soft_onset_ms``) is the holder's own.
 
+The fade and the soft first word are a lone speaker's: with a talker under the speaker, their
+tail and lead-in look just like them. A talker (or loud noise) shows under the speaker's own
+words: the quiet between their words does not fall. So neither is given unless the room is
+quiet: the ``ROOM_PERCENTILE``-th percentile of the window levels inside the holder's
+utterances, over the last ``ROOM_WINDOWS``, is at least ``QUIET_ROOM_DB`` under their level.
+
 Until ``learn_windows`` of speech have been heard (half a second) the gate lets everything
 through: the first voice at the microphone is taken to be the speaker's. A louder voice later
 passes and lifts the level within seconds. The level is kept across streams (the same
@@ -55,6 +61,12 @@ HOLD_EXTRA_DB = 2.0
 #: follows falls at most this fast, and windows down to FADE_STEP_DB under it pass.
 FADE_DB_PER_S = 9.0
 FADE_STEP_DB = 4.0
+#: The room is quiet (a lone speaker: fades and soft starts are theirs) when this percentile
+#: of the 32 ms window levels inside the holder's utterances (the last ROOM_WINDOWS, 10 s) is
+#: QUIET_ROOM_DB or more under their level.
+ROOM_PERCENTILE = 10.0
+ROOM_WINDOWS = 312
+QUIET_ROOM_DB = 25.0
 _WINDOW_S = 0.032
 #: The envelope of a voice starting after a pause still holds the pause for this many
 #: windows (256 ms): no decision on the floor is made on them.
@@ -86,6 +98,9 @@ class LevelGate:
         self.onset_windows = ONSET_WINDOWS
         self._windows = 0                         # windows heard
         self._followed: tuple[float, int] | None = None   # a fade: (level, window) followed
+        self._room: deque[float] = deque(maxlen=ROOM_WINDOWS)   # levels inside utterances
+        self._room_db: float | None = None        # their ROOM_PERCENTILE-th percentile
+        self.window_db = -100.0                   # the last window's own level
         self._energies: deque[float] = deque(maxlen=max(1, envelope_windows))
         self._learned: deque[float] = deque(maxlen=max(1, memory_windows))
         self._learn_windows = max(1, learn_windows)
@@ -99,10 +114,20 @@ class LevelGate:
         self._followed = None
         self.level_db = -100.0
 
-    def hear(self, window: np.ndarray) -> float:
-        """Take the next window's samples; return its level (dBFS of the recent energy)."""
+    def hear(self, window: np.ndarray, holding: bool = False) -> float:
+        """Take the next window's samples; return its level (dBFS of the recent energy).
+
+        `holding`: the window is inside an utterance of the holder's (the room's quiet).
+        """
         x = np.asarray(window, np.float32)
-        self._energies.append(float(np.mean(x * x)) if len(x) else 0.0)
+        energy = float(np.mean(x * x)) if len(x) else 0.0
+        self.window_db = 10.0 * float(np.log10(max(energy, _FLOOR)))
+        if holding:
+            self._room.append(self.window_db)
+            if len(self._room) % REFRESH_WINDOWS == 0 or self._room_db is None:
+                self._room_db = float(np.percentile(np.fromiter(self._room, float),
+                                                    ROOM_PERCENTILE))
+        self._energies.append(energy)
         self.level_db = 10.0 * float(np.log10(max(sum(self._energies) / len(self._energies),
                                                    _FLOOR)))
         self._windows += 1
@@ -128,7 +153,7 @@ class LevelGate:
         if self.level_db >= self.speaker_db - self.hold_db:
             return True
         fade = self._fade_db()
-        return fade is not None and self.level_db >= fade - FADE_STEP_DB
+        return fade is not None and self.quiet_room and self.level_db >= fade - FADE_STEP_DB
 
     def _fade_db(self) -> float | None:
         """The level followed in the open utterance, fallen to now (None: none followed)."""
@@ -151,6 +176,12 @@ class LevelGate:
     def _refresh(self) -> None:
         self.speaker_db = float(np.percentile(np.fromiter(self._learned, float), PERCENTILE))
         self._since_refresh = 0
+
+    @property
+    def quiet_room(self) -> bool:
+        """Between the holder's words the room falls quiet: nobody under them (see module)."""
+        return (self.speaker_db is not None and self._room_db is not None and
+                self._room_db <= self.speaker_db - QUIET_ROOM_DB)
 
     def forget(self) -> None:
         """Forget the speaker's level: the next voice heard is the speaker's."""

@@ -143,8 +143,8 @@ class Gate(Protocol):
     def reset_stream(self) -> None:
         """A new stream begins (what the gate knows of the speaker stays)."""
 
-    def hear(self, window: np.ndarray) -> float:
-        """Take the next window's samples."""
+    def hear(self, window: np.ndarray, holding: bool = False) -> float:
+        """Take the next window's samples (`holding`: inside the holder's utterance)."""
 
     @property
     def below_speaker_db(self) -> float:
@@ -155,6 +155,12 @@ class Gate(Protocol):
 
     def learn(self) -> None:
         """The last window was the speaker's speech."""
+
+    @property
+    def quiet_room(self) -> bool:
+        """Nobody is heard under the holder's words (soft starts and fades are theirs)."""
+
+    window_db: float      # the last window's own level (dBFS)
 
     def forget(self) -> None:
         """Forget the speaker's level: the next voice heard is the speaker's."""
@@ -484,11 +490,10 @@ class UtteranceSegmenter:
         speech = prob >= self._threshold
         quiet = window_start - (self._stream_start if self._voice_end is None
                                 else self._voice_end)
-        samples = self._buffer.copy(window_start, window_end)
-        level = gate.hear(samples)
+        level = gate.hear(self._buffer.copy(window_start, window_end), self._in_speech)
         # The window's own level: a voice as loud as the holder's, whatever the envelope says
         # (it still holds the pause or the quieter voice before: the holder coming back).
-        own = 10.0 * float(np.log10(max(float(np.mean(samples * samples)), 1e-10)))
+        own = gate.window_db
         loud = gate.speaker_db is not None and own >= gate.speaker_db - gate.below_db
         held = self._held
         if speech:
@@ -516,6 +521,7 @@ class UtteranceSegmenter:
                 self._held = None
                 self._unhold_holder(held, window_start)
                 if held.quiet_before >= self._hangover and not self._in_speech and \
+                        gate.quiet_room and \
                         window_start - held.end < self._hangover and \
                         held.end - held.start <= gate.soft_onset_ms * BUS_RATE // 1000:
                     self._soft_onset = held.start   # their own soft first word

@@ -253,3 +253,13 @@ def test_the_gate_settings_are_checked():
     assert off.speaker_gate_db == 0
     with pytest.raises(ValueError):
         LevelGate(0)
+
+
+def test_a_talker_under_the_speaker_makes_the_room_loud(vad, clips, talker):
+    """Soft starts and fades are a lone speaker's: with a talker under them, neither is given."""
+    lone, crowded = _gate(), _gate()
+    speech = np.concatenate([clips[1], silence(0.4), clips[2]])
+    segment(vad, np.concatenate([speech, silence(1.0)]), lone)
+    mixed = speech + under(talker[:len(speech)], speech)
+    segment(vad, np.concatenate([mixed, silence(1.0)]), crowded)
+    assert lone.quiet_room and not crowded.quiet_room
