@@ -115,11 +115,10 @@ class SegmenterActorConfig(ActorConfig, VadKnobs):
     echo_mode: Literal["gate", "off"] = "gate"
     echo_tail_ms: int = Between(0, 5000, 300)
     # The speaker, not the room (actors/gate.py): speech more than speaker_gate_db under the
-    # speaker's running level (learned from their own speech) is someone else's, a talker
-    # behind them, and is not interpreted; 0 = off (everyone the microphone hears). While the
-    # speaker speaks on, speaker_hold_db under still passes: their quieter words. (A talker
-    # 10 dB below: talker-only audio inside utterances 95 % -> 27 %, the speaker's own
-    # sentences trailing off 6 dB kept; see docs/performance.md, the room.)
+    # running level of the voice that holds the floor may be someone else's, a talker behind
+    # them; 0 = off (everyone the microphone hears, at once). While the holder speaks on,
+    # speaker_hold_db under still passes: their quieter words. (A talker 10 dB below:
+    # talker-only audio inside utterances 95 % -> 27 %; see docs/performance.md, the room.)
     speaker_gate_db: float = Between(0.0, 40.0, 8.0)
     speaker_hold_db: float = Between(0.0, 40.0, 10.0)
     # Nobody is made deaf by it (the floor): quieter speech is held back, and refused only when
