@@ -40,7 +40,12 @@ def test_garbage_on_every_bound_socket_crashes_nothing_loses_nothing(tmp_path):
         endpoints = [topology.pub_connect(a) for a in ACTORS] + [
             topology.push_connect(), topology.events_connect("_interpret")]
         watcher = BusWatcher(topology)
-        while set(watcher.latest) != set(ACTORS):   # what the pipeline's own peers made
+        # What the pipeline's own peers made, once every model is loaded: the file is read
+        # from then on, so the attack overlaps the speech (started during a slow load, the
+        # whole attack was over before the first word on a 2-core machine).
+        while set(watcher.latest) != set(ACTORS) or \
+                any(s.state != "ready" for s in watcher.latest.values()):
+            assert proc.poll() is None and time.monotonic() < deadline, "pipeline never ready"
             watcher.poll(0.5)
         before = {a: dict(watcher.latest[a].counters) for a in ACTORS}
         attack = [time.time_ns(), 0]
