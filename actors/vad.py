@@ -162,9 +162,6 @@ class Gate(Protocol):
 
     window_db: float      # the last window's own level (dBFS)
 
-    def forget(self) -> None:
-        """Forget the speaker's level: the next voice heard is the speaker's."""
-
     def adopt(self, levels: list[float]) -> None:
         """A quieter voice took the floor: these levels of its speech are the speaker's."""
 
