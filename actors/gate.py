@@ -153,7 +153,12 @@ class LevelGate:
         if self.level_db >= self.speaker_db - self.hold_db:
             return True
         fade = self._fade_db()
-        return fade is not None and self.quiet_room and self.level_db >= fade - FADE_STEP_DB
+        if fade is None or not self.quiet_room:
+            return False
+        if self.level_db < fade - FADE_STEP_DB:
+            self._followed = None   # it fell faster than a fade: the fade is over (else a
+            return False            # level left flat, a talker's, is caught up with and kept)
+        return True
 
     def _fade_db(self) -> float | None:
         """The level followed in the open utterance, fallen to now (None: none followed)."""

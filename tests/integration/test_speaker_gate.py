@@ -52,7 +52,7 @@ def clips() -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def talker() -> np.ndarray:
-    audio, _ = room.talker_speech(12.0)
+    audio, _ = room.talker_speech(20.0)
     return audio
 
 
@@ -180,24 +180,38 @@ def test_a_sentence_fading_by_15_db_is_kept(vad, clips, whisper):
 
 
 def test_a_talker_behind_the_speaker_is_cut_from_the_utterance_ends(vad, clips, talker):
-    teach = clips[0]                        # the speaker alone first: their level is learned
-    speaker = clips[2]
-    lead, tail = silence(room.LEAD_S), silence(room.TAIL_S)
-    spoken = np.concatenate([lead, speaker, tail])
-    mixed = spoken + under(talker[:len(spoken)], speaker)
-    stream = np.concatenate([teach, silence(1.0), mixed, silence(1.0)])
-    at = len(teach) + BUS_RATE              # where the mix starts
-    talker_only = [(at, at + len(lead)), (at + len(lead) + len(speaker), at + len(spoken))]
+    """A talker 10 dB under the speaker, 0.5 s before and 1.5 s after their sentence.
 
-    def heard(utts) -> float:
-        return sum(inside(utts, a, b) for a, b in talker_only) / BUS_RATE
-
-    plain, _ = segment(vad, stream, None)
-    gated, _ = segment(vad, stream, _gate())
-    assert heard(plain) > 1.5                            # seen: 1.85 s of 2.0
-    assert heard(gated) < 0.8, heard(gated)              # seen: 0.47 s
-    s0 = at + len(lead)
-    assert inside(gated, s0, s0 + len(speaker)) > 0.97 * len(speaker)
+    As the room bench mixes them (`room.LEAD_S`, `room.TAIL_S`), after a sentence of the
+    speaker's alone, over 36 mixes (3 sentences to learn from x 4 sentences x 3 places in the
+    talker's reading): 2.0 s of the talker alone each. A talker 10 dB under sits at the edge
+    of the hold (`speaker_hold_db` 10), and one who starts with the speaker's sentence in a
+    room quiet until then looks like their soft start and their fade (docs/room.md): the
+    gate keeps about half of what no gate keeps, not none of it.
+    """
+    lead, tail = round(room.LEAD_S * BUS_RATE), round(room.TAIL_S * BUS_RATE)
+    heard: dict[str, list[float]] = {"plain": [], "gated": []}
+    for teach_at in range(3):
+        for speaker in [c for i, c in enumerate(clips[:5]) if i != teach_at][:4]:
+            spoken = np.concatenate([silence(room.LEAD_S), speaker, silence(room.TAIL_S)])
+            at = len(clips[teach_at]) + BUS_RATE          # where the mix starts
+            alone = np.concatenate([clips[teach_at], silence(1.0), spoken, silence(1.0)])
+            talker_only = [(at, at + lead), (at + len(spoken) - tail, at + len(spoken))]
+            for talker_s in (0, 5, 10):
+                talk = np.zeros_like(alone)
+                start = talker_s * BUS_RATE
+                talk[at:at + len(spoken)] = under(talker[start:start + len(spoken)], speaker)
+                for name, gate in (("plain", None), ("gated", _gate())):
+                    utts, _ = segment(vad, alone + talk, gate)
+                    heard[name].append(
+                        sum(inside(utts, a, b) for a, b in talker_only) / BUS_RATE)
+                    # the speaker's sentence is heard whole
+                    assert inside(utts, at + lead, at + lead + len(speaker)) > \
+                        0.97 * len(speaker), (name, teach_at, talker_s)
+    plain, gated = (float(np.mean(heard[k])) for k in ("plain", "gated"))
+    assert plain > 1.5, heard["plain"]                       # seen: 1.79 s of 2.0
+    assert gated < 1.1 and gated < 0.6 * plain, (gated, plain)   # seen: 0.91 s
+    assert float(np.median(heard["gated"])) < 0.9, heard["gated"]   # seen: 0.83 s
 
 
 def test_the_speakers_own_sentence_trailing_off_is_kept(vad, clips):
