@@ -16,8 +16,9 @@ window (the segmenter's 32 ms VAD windows), and the segmenter by timing (the flo
   utterance of theirs is open, ``hold_db`` under passes (their quieter words, a clause resumed
   softly after a comma), and so does a sentence fading out further: the hold follows the
   utterance's own level down at most ``FADE_DB_PER_S``, passing down to ``FADE_STEP_DB``
-  under it (a voice that stops with a talker under it takes the 512 ms envelope down faster,
-  ~20 dB/s, and leaves it).
+  under it. A voice that stops with a talker under it takes the 512 ms envelope down faster,
+  ~20 dB/s: the first window more than ``FADE_STEP_DB`` under the falling line ends the fade
+  (else the line, falling on, would catch up with the talker's flat level and follow it).
 
 Level alone would make the interpreter deaf to anyone quieter than the first voice. Who is
 speaking is decided by the floor (``actors.vad.UtteranceSegmenter`` keeps it with this
@@ -30,11 +31,13 @@ level becomes the speaker's (:meth:`adopt`); a louder voice later takes the floo
 once (it passes). A short quieter stretch after a pause that runs straight into the
 holder's speech (a soft first word, at most ``soft_onset_ms``) is the holder's own.
 
-The fade and the soft first word are a lone speaker's: with a talker under the speaker, their
-tail and lead-in look just like them. A talker (or loud noise) shows under the speaker's own
-words: the quiet between their words does not fall. So neither is given unless the room is
-quiet: the ``ROOM_PERCENTILE``-th percentile of the window levels inside the holder's
-utterances, over the last ``ROOM_WINDOWS``, is at least ``QUIET_ROOM_DB`` under their level.
+The soft first word is a lone speaker's: with a talker under the speaker, their lead-in looks
+just like it. A talker (or loud noise) shows under the speaker's own words: the quiet between
+their words does not fall. So it is given only when the room is quiet (:attr:`quiet_room`):
+the ``ROOM_PERCENTILE``-th percentile of the window levels inside the holder's utterances,
+over the last ``ROOM_WINDOWS``, is at least ``QUIET_ROOM_DB`` under their level. The fade is
+given in every room: a recording whose own noise is 20 dB under its reader is never a quiet
+room, and refusing its fades lost their last words (docs/room.md).
 
 Until ``learn_windows`` of speech have been heard (half a second) the gate lets everything
 through: the first voice at the microphone is taken to be the speaker's. A louder voice later
@@ -61,7 +64,7 @@ HOLD_EXTRA_DB = 2.0
 #: follows falls at most this fast, and windows down to FADE_STEP_DB under it pass.
 FADE_DB_PER_S = 9.0
 FADE_STEP_DB = 4.0
-#: The room is quiet (a lone speaker: fades and soft starts are theirs) when this percentile
+#: The room is quiet (a lone speaker: a soft start is theirs) when this percentile
 #: of the 32 ms window levels inside the holder's utterances (the last ROOM_WINDOWS, 10 s) is
 #: QUIET_ROOM_DB or more under their level.
 ROOM_PERCENTILE = 10.0
@@ -153,11 +156,11 @@ class LevelGate:
         if self.level_db >= self.speaker_db - self.hold_db:
             return True
         fade = self._fade_db()
-        if fade is None or not self.quiet_room:
+        if fade is None:
             return False
         if self.level_db < fade - FADE_STEP_DB:
-            self._followed = None   # it fell faster than a fade: the fade is over (else a
-            return False            # level left flat, a talker's, is caught up with and kept)
+            self._followed = None   # it fell faster than a fade: the fade is over (falling on,
+            return False            # the line would catch up with a talker's flat level)
         return True
 
     def _fade_db(self) -> float | None:

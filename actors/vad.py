@@ -158,7 +158,7 @@ class Gate(Protocol):
 
     @property
     def quiet_room(self) -> bool:
-        """Nobody is heard under the holder's words (soft starts and fades are theirs)."""
+        """Nobody is heard under the holder's words (a soft start is theirs)."""
 
     window_db: float      # the last window's own level (dBFS)
 

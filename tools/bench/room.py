@@ -181,12 +181,19 @@ def babble(n: int, clips: list[np.ndarray], rng: np.random.Generator,
 
 
 def reader():
-    """`say(line)`: piper's American English man reading `line`, 16 kHz mono float32."""
+    """`say(line)`: piper's American English man reading `line`, 16 kHz mono float32.
+
+    The same lines in the same order sound the same every run: piper draws its prosody's
+    noise from onnxruntime's random generator, seeded here before the model is loaded (unseeded,
+    two runs of the room bench, or of a test, heard two different talkers).
+    """
+    import onnxruntime
     import soxr
 
     from voxweft.actors.engines import build
 
     engine = build("tts", "piper", {})
+    onnxruntime.set_seed(SEED)   # the session's generators are seeded when it is made
     engine.load()
 
     def say(line: str) -> np.ndarray:
