@@ -19,6 +19,7 @@ from voxweft.protocol.messages import (
     Done,
     Message,
     Segment,
+    Status,
     Transcript,
     is_draft,
     now_ns,
@@ -156,13 +157,9 @@ class AsrActor(Actor):
         # A grown draft's age is read on one clock only (the segmenter's host is ours).
         self.same_clock = seg.host == config.host
 
-    def pulls(self) -> bool:
-        """ASR is a worker of the segment queue."""
-        return True
-
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """The segmenter's heartbeat: segments come over PULL, this proves we hear it."""
-        return [("segmenter", b"status.")]
+        return [("segmenter", Status)]
 
     def _retold(self, msg: Segment) -> bool:
         """The same speech from a restarted segmenter (it resumes from our last heartbeat)."""

@@ -244,15 +244,15 @@ class CaptureActor(Actor):
         self.dropping_since: float | None = None  # microphone: dropping, the segmenter behind
         self.fed_from_ms = 0    # file: where we started feeding the segmenter we hear now
 
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """Whose heartbeats to hear.
 
         A file source: every actor's, to start when all are ready. A microphone: the
         segmenter's, to know when it falls behind.
         """
         if self.config.source != "file":
-            return [("segmenter", b"status.")]
-        return [(a, b"status.") for a in ACTOR_NAMES if a != self.name]
+            return [("segmenter", Status)]
+        return [(a, Status) for a in ACTOR_NAMES if a != self.name]
 
     def engine_name(self) -> str:
         """The source kind."""

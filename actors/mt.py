@@ -30,9 +30,9 @@ class MtActor(Actor):
         # Translations of draft transcripts (speculative endpointing), by their source text.
         self.drafts = Drafts(self.counters)
 
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """ASR's transcripts."""
-        return [("asr", b"transcript.")]
+        return [("asr", Transcript)]
 
     def load(self) -> None:
         """Build the translation models."""

@@ -386,13 +386,13 @@ class PlayerActor(Actor):
         self.holding: dict[str, tuple[float, set[str]]] = {}
         self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
 
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """TTS's speech chunks; the heartbeats of tts and of the other holders.
 
         A chunk is not late while tts restarts; a holder asks about what it holds (see
         `_answer`).
         """
-        return [("tts", b"speech.")] + [(a, b"status.") for a in HOLDERS
+        return [("tts", SpeechChunk)] + [(a, Status) for a in HOLDERS
                                          if a != "tts" and a in self.topology.actors]
 
     def _answer(self, msg: Status) -> list[Done]:

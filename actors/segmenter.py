@@ -27,6 +27,7 @@ from voxweft.protocol.messages import (
     Message,
     PlaybackEvent,
     Segment,
+    Status,
     VadEvent,
     Voice,
     now_ns,
@@ -40,7 +41,6 @@ class SegmenterActor(Actor):
     """AudioFrames in; VadEvents and Voices out on PUB, Segments on PUSH to the ASR workers."""
 
     name = "segmenter"
-    push_types = (Segment,)
     downstream = "asr"
 
     def __init__(self, topology, config) -> None:
@@ -69,18 +69,18 @@ class SegmenterActor(Actor):
         # (first sample, capture wall ns) of recent frames, to map sample -> wall time.
         self.frame_times: collections.deque[tuple[int, int]] = collections.deque(maxlen=4000)
 
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """Capture's frames, end of stream and heartbeat; the player's playback events.
 
         The heartbeat proves our subscription is live (the file source waits for it); the
         playback events drive the echo gate.
         """
-        subs = [("capture", b"audio."), ("capture", b"eos."), ("capture", b"status.")]
+        subs = [("capture", AudioFrame), ("capture", EndOfStream), ("capture", Status)]
         if self.config.commit_prefixes and (self.vad_config.speculate_ms or
                                             self.vad_config.agree_every_ms):
-            subs.append(("asr", b"cut."))
+            subs.append(("asr", Cut))
         if self.echo_gate:
-            subs.append(("player", b"playback."))
+            subs.append(("player", PlaybackEvent))
         return subs
 
     def engine_name(self) -> str:

@@ -68,14 +68,15 @@ class TtsActor(Actor):
             s = self.engine.settings
             self.voices = VoiceMemory(s.reference_min_s, s.reference_max_s)
 
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """Translations, playback events (speech queued), and the speaker's speech if needed.
 
         The segmenter's Voice messages only when the engine speaks in the speaker's voice.
         """
-        subs = [("mt", b"translation."), ("player", b"playback.")]
+        subs: list[tuple[str, type[Message]]] = [("mt", Translation),
+                                                  ("player", PlaybackEvent)]
         if self.voices is not None:
-            subs.append(("segmenter", b"voice."))
+            subs.append(("segmenter", Voice))
         return subs
 
     def backlog_s(self, now: int) -> float:

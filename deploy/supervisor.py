@@ -22,6 +22,7 @@ from pathlib import Path
 from voxweft.actors.runtime import EXIT_CONFIG, START_SECS
 from voxweft.actors.settings.topology import CONTROL, name_error
 from voxweft.deploy.topology import Topology
+from voxweft.protocol import bus as wire
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.messages import Status
 
@@ -360,8 +361,8 @@ class BusWatcher:
     def __init__(self, topology: Topology, actors: list[str] | None = None,
                  curve=None) -> None:
         self.actors = actors or list(topology.actors)
-        self.bus = BusClient([topology.pub_connect(a) for a in self.actors], [b"status."],
-                             curve)
+        self.bus = BusClient([topology.pub_connect(a) for a in self.actors],
+                             wire.watched("up"), curve)
         self.latest: dict[str, Status] = {}
 
     def poll(self, timeout_s: float) -> None:

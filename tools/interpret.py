@@ -23,6 +23,7 @@ from voxweft.deploy.supervisor import (
     wait_ready,
 )
 from voxweft.deploy.topology import Topology, parse
+from voxweft.protocol import bus as wire
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.messages import (
     Done,
@@ -40,8 +41,7 @@ from voxweft.tools.languages import fit_engines
 from voxweft.tools.latency import summarize, utterance_latency
 from voxweft.tools.subtitles import NOT_SPOKEN, write_subtitles
 
-WATCHED = [b"vad.", b"transcript.", b"translation.", b"playback.", b"eos.", b"done.",
-           b"status."]
+WATCHED = wire.watched("interpret")
 #: The stages that hold utterances; the session is over when none holds one after the end.
 HOLDERS = ("segmenter", "asr", "mt", "tts", "player")
 #: A heartbeat this long after the end of stream was built after it (heartbeats are 2 Hz).
@@ -310,7 +310,8 @@ def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: 
     # by which time these subscriptions have long been live.
     bus = BusClient([topology.pub_connect(a) for a in topology.actors], topics)
     # Which actor is down and why, from supervisord's event listener.
-    events = BusClient([topology.events_connect("_interpret")], [b"supervision."])
+    events = BusClient([topology.events_connect("_interpret")],
+                       wire.watched("interpret", wire.EVENTS))
     board = Board()
     code, reason = 0, ""
     t0 = time.monotonic()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from voxweft.deploy.events import Board
 from voxweft.deploy.topology import Topology
+from voxweft.protocol import bus as wire
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
 
@@ -32,16 +33,16 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
           out=sys.stdout, curve=None) -> int:
     """Print each utterance as it is translated; append it to `transcript_path` (JSONL)."""
     bus = BusClient([topology.pub_connect(a) for a in ("asr", "mt")],
-                    [b"transcript.", b"translation."], curve)
+                    [wire.topic(Transcript), wire.topic(Translation)], curve)
     # Live audio dropped at capture (the pipeline fell behind), from its heartbeat.
-    bus.listen([topology.pub_connect("capture")], [b"status.capture"])
+    bus.listen([topology.pub_connect("capture")], [wire.topic(Status, "capture")])
     dropped_ms = None
     # Translations not spoken because the listener was too far behind (actors.lag).
-    bus.listen([topology.pub_connect("player")], [b"playback."])
+    bus.listen([topology.pub_connect("player")], [wire.topic(PlaybackEvent)])
     said: dict[str, str] = {}
     # Which actor is down and why, from every host's supervisord (deploy.events).
     bus.listen([topology.events_connect(h) for h in topology.hosts_in_use()],
-               [b"supervision."])
+               wire.watched("watch", wire.EVENTS))
     board = Board()
     sources: dict[str, Transcript] = {}
     width = shutil.get_terminal_size((120, 20)).columns

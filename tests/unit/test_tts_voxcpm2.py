@@ -328,7 +328,7 @@ def test_tts_speaks_a_translation_in_the_voice_the_segmenter_heard(tiny, backend
         "backend": backend, "model": str(tiny), "inference_timesteps": 2, "seed": 3})
     topo = parse(raw)
     actor = TtsActor(topo, topo.actors["tts"])
-    assert ("segmenter", b"voice.") in actor.subscriptions()
+    assert ("segmenter", Voice) in actor.subscriptions()
     say = Translation(utt="u1", src_lang="en", tgt_lang="pt", source_text="-", text=TEXT)
     run_actor(actor, [Voice(utt="u1", pcm=_speech(0), sample_rate=BUS_RATE)], src="segmenter")
     out = run_actor(actor, [say], src="mt", loaded=True)
@@ -340,7 +340,7 @@ def test_tts_speaks_a_translation_in_the_voice_the_segmenter_heard(tiny, backend
 
     raw["actors"]["tts"]["settings"]["voice"] = "default"
     topo = parse(raw)
-    assert ("segmenter", b"voice.") not in TtsActor(topo, topo.actors["tts"]).subscriptions()
+    assert ("segmenter", Voice) not in TtsActor(topo, topo.actors["tts"]).subscriptions()
 
 
 def test_time_stretch_keeps_the_pitch():
@@ -365,7 +365,7 @@ def test_only_a_tts_that_speaks_in_the_speakers_voice_hears_the_speaker(tiny):
         raw["actors"]["tts"].update(engine=engine, settings=settings)
         topo = parse(raw)
         hears = {name for name in ("segmenter", "asr", "mt", "tts", "player")
-                 if any(topic == b"voice." for _, topic in
+                 if any(kind is Voice for _, kind in
                         actor_class(name)(topo, topo.actors[name]).subscriptions())}
         assert hears == ({"tts"} if wants else set()), engine
 

@@ -48,6 +48,7 @@ from multiprocessing import connection
 import numpy as np
 
 from voxweft.actors.runtime import Actor, Runtime
+from voxweft.protocol import bus as wire
 from voxweft.protocol.codec import encode
 from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, now_ns, stamp
 from voxweft.tools.interpret import free_ports
@@ -63,7 +64,8 @@ BENCH_SRC = "bench"          # the sending actor
 RECEIVER = "bench-rx"        # the receiving actor (the runtime binds a PUB for it too)
 BENCH_STREAM = "bench"       # stream of measured frames and of the end marker
 WARMUP_STREAM = "warmup"     # stream of warm-up frames, discarded by the receiver
-TOPICS = [b"audio.", b"eos."]   # what the segmenter subscribes to from capture
+#: What the segmenter subscribes to from capture, but its heartbeat.
+TAKEN = [kind for sender, kind in wire.inputs("segmenter") if sender == "capture"]
 
 STARTUP_S = 30.0             # process start, imports and the PUB/SUB join, on a busy host
 WARMUP_MIN = 25              # warm-up frames sent at least, so the code paths are warm
@@ -204,9 +206,9 @@ class BenchReceiver(Actor):
         self.heard: float | None = None        # monotonic time of the last frame or marker
         self.deadline = 0.0
 
-    def subscriptions(self) -> list[tuple[str, bytes]]:
+    def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """The sender's audio and end of stream, as the segmenter takes capture's."""
-        return [(BENCH_SRC, topic) for topic in TOPICS]
+        return [(BENCH_SRC, kind) for kind in TAKEN]
 
     def load(self) -> None:
         """Start the clock for the first frame."""

@@ -33,6 +33,7 @@ from voxweft.actors import lag as lag_policy
 from voxweft.actors.engines.tts import cpu_has_vnni
 from voxweft.deploy.supervisor import engine_env
 from voxweft.deploy.topology import Topology
+from voxweft.protocol import bus as wire
 from voxweft.protocol.messages import (
     BUS_RATE,
     SpeechChunk,
@@ -46,7 +47,7 @@ from voxweft.tools.bench import metrics as benchmetrics
 from voxweft.tools.bench import readers, room, terms
 from voxweft.tools.bench import report as benchreport
 from voxweft.tools.captions.room import SpokenShare, speech_seconds
-from voxweft.tools.interpret import WATCHED, Collector, file_topology, run_supervised
+from voxweft.tools.interpret import Collector, file_topology, run_supervised
 from voxweft.tools.latency import STAGES, stage_times, summarize, utterance_latency
 
 SCHEMA = "voxweft-bench/2"
@@ -885,7 +886,7 @@ def bench(base: Topology, corpus: Path, out: Path, src: str, tgt: str, fast: boo
     # How busy the machine is before the pipeline starts: all of it is other work.
     load_start, busy_start = os.getloadavg()[0], cpu_budget.others_busy_cores([])
     code, reason = run_supervised(topology, collected,
-                                  [*WATCHED, b"status.", b"speech."], out, limit_s,
+                                  wire.watched("bench"), out, limit_s,
                                   f"benchmarking {len(placed)} file(s)")
     if code:   # stopped or failed: what was interpreted so far, marked partial
         collected.write(out, fast, src, tgt, partial=reason)

@@ -27,6 +27,7 @@ from pathlib import Path
 from aiohttp import web
 
 from voxweft.deploy.topology import Topology
+from voxweft.protocol import bus as wire
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.security import loopback
 from voxweft.tools.captions import url
@@ -43,7 +44,7 @@ MAX_STREAMS = 32
 #: aiohttp's server options. A browser that goes away cancels its handler at once, which frees
 #: its event stream's slot (by default aiohttp waits for a write to fail: up to KEEPALIVE_S).
 RUNNER = {"handler_cancellation": True}
-TOPICS = [b"transcript.", b"translation.", b"playback.", b"status.", b"vad."]
+TOPICS = wire.watched("captions")
 
 log = logging.getLogger("voxweft.captions")
 
@@ -87,7 +88,7 @@ class Captions:
         bus = BusClient([self.topology.pub_connect(a) for a in self.topology.actors], TOPICS,
                         self.curve)
         bus.listen([self.topology.events_connect(h) for h in self.topology.hosts_in_use()],
-                   [b"supervision."])
+                   wire.watched("captions", wire.EVENTS))
         try:
             while not self.stop.is_set():
                 msg = bus.recv(0.5)
