@@ -22,22 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voxweft.protocol.messages import (
-    AudioFrame,
-    Cut,
-    Done,
-    EndOfStream,
-    Message,
-    PlaybackEvent,
-    Segment,
-    SpeechChunk,
-    Status,
-    Supervision,
-    Transcript,
-    Translation,
-    VadEvent,
-    Voice,
-)
+from voxweft.protocol import messages as m
+from voxweft.protocol.messages import Message
 
 #: The six actors, upstream first.
 ACTORS = ("capture", "segmenter", "asr", "mt", "tts", "player")
@@ -74,34 +60,34 @@ class Route:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route(AudioFrame, ("capture",), PUB, ("segmenter",), ("tap",),
+    Route(m.AudioFrame, ("capture",), PUB, ("segmenter",), ("tap",),
           "20 ms of 16 kHz mono PCM"),
-    Route(EndOfStream, ("capture", "segmenter"), PUB, ("segmenter",),
+    Route(m.EndOfStream, ("capture", "segmenter"), PUB, ("segmenter",),
           ("tap", "interpret", "bench"),
           "a file source ended (capture's; the segmenter's says how many utterances it made)"),
-    Route(Segment, ("segmenter",), PUSH, ("asr",), (),
+    Route(m.Segment, ("segmenter",), PUSH, ("asr",), (),
           "an utterance's speech (or a draft of the open one) to one asr worker"),
-    Route(VadEvent, ("segmenter",), PUB, (), ("tap", "interpret", "captions", "bench"),
+    Route(m.VadEvent, ("segmenter",), PUB, (), ("tap", "interpret", "captions", "bench"),
           "an utterance started, ended, was discarded; speech refused as not the speaker's"),
-    Route(Voice, ("segmenter",), PUB, ("tts",), ("tap",),
+    Route(m.Voice, ("segmenter",), PUB, ("tts",), ("tap",),
           "an utterance's speech, for a voice that speaks as the speaker does"),
-    Route(Cut, ("asr",), PUB, ("segmenter",), ("tap",),
+    Route(m.Cut, ("asr",), PUB, ("segmenter",), ("tap",),
           "commit the open utterance up to an earlier pause"),
-    Route(Transcript, ("asr",), PUB, ("mt",), ("tap", "interpret", "watch", "captions", "bench"),
+    Route(m.Transcript, ("asr",), PUB, ("mt",), ("tap", "interpret", "watch", "captions", "bench"),
           "the source-language text of an utterance (final, or a draft)"),
-    Route(Translation, ("mt",), PUB, ("tts",), ("tap", "interpret", "watch", "captions", "bench"),
+    Route(m.Translation, ("mt",), PUB, ("tts",), ("tap", "interpret", "watch", "captions", "bench"),
           "the target-language text"),
-    Route(SpeechChunk, ("tts",), PUB, ("player",), ("tap", "bench"),
+    Route(m.SpeechChunk, ("tts",), PUB, ("player",), ("tap", "bench"),
           "a clause of synthesised speech, streamed"),
-    Route(PlaybackEvent, ("player",), PUB, ("tts", "segmenter"),
+    Route(m.PlaybackEvent, ("player",), PUB, ("tts", "segmenter"),
           ("tap", "interpret", "watch", "captions", "bench"),
           "an utterance was queued, began or ended playing (or was skipped)"),
-    Route(Done, (ANY,), PUB, (ANY,), ("tap", "interpret", "bench"),
+    Route(m.Done, (ANY,), PUB, (ANY,), ("tap", "interpret", "bench"),
           "an utterance is finished (the player wrote it, or a stage dropped it): "
           "its holders may forget it"),
-    Route(Status, (ANY,), PUB, (ANY,), ("tap", "interpret", "watch", "captions", "bench", "up"),
+    Route(m.Status, (ANY,), PUB, (ANY,), ("tap", "interpret", "watch", "captions", "bench", "up"),
           "every actor's heartbeat (2 Hz): state, counters, resources, whom it hears"),
-    Route(Supervision, (SUPERVISOR,), EVENTS, (), ("interpret", "watch", "captions"),
+    Route(m.Supervision, (SUPERVISOR,), EVENTS, (), ("interpret", "watch", "captions"),
           "an actor's process state, from the host's supervisord event listener"),
 )
 

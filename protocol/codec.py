@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 
 import msgpack
 import numpy as np
@@ -32,6 +33,16 @@ MIN_SAMPLE_RATE = 8000
 MAX_SAMPLE_RATE = 192_000
 # ... and what it makes is bounded by the duration: a segment is <= max_segment_s (<= 120 s).
 MAX_PCM_S = 600
+#: Every integer on the wire (seq, epoch, index, ns times, counters) is within +-2**62: a
+#: wall clock in ns reaches it in 2116, and two of them add up to no more than int64 holds,
+#: which is what msgpack packs (a peer's 2**64 once summed into a counter killed the
+#: receiver's heartbeat at its next encode).
+MAX_WIRE_INT = 2 ** 62
+
+#: The text of a bad value in an error: short, and flat however deep it is nested (the
+#: builtin repr of a value nested 1000 deep raises RecursionError).
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 2, 40, 40, 4, 4
 
 
 class ProtocolError(ValueError):
@@ -97,7 +108,8 @@ def _check_scalar(name: str, value: object, kind: str) -> object:
         if isinstance(value, bool):
             return value
     elif kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                -MAX_WIRE_INT <= value <= MAX_WIRE_INT:
             return value
     elif kind == "float":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -105,7 +117,8 @@ def _check_scalar(name: str, value: object, kind: str) -> object:
                 return float(value)
     elif kind == "float | None":
         return None if value is None else _check_scalar(name, value, "float")
-    raise ProtocolError("bad_field", f"field {name!r} must be {kind}, got {value!r:.60}")
+    raise ProtocolError("bad_field",
+                        f"field {name!r:.40} must be {kind}, got {_SHOW.repr(value)}")
 
 
 def _check_trace(value: object) -> tuple:
@@ -114,7 +127,8 @@ def _check_trace(value: object) -> tuple:
     out = []
     for entry in value:
         if not isinstance(entry, list) or len(entry) != 3:
-            raise ProtocolError("bad_field", f"trace entry {entry!r:.60} is not [event, ns, s]")
+            raise ProtocolError("bad_field",
+                                f"trace entry {_SHOW.repr(entry)} is not [event, ns, s]")
         out.append((_check_scalar("trace.event", entry[0], "str"),
                     _check_scalar("trace.ns", entry[1], "int"),
                     _check_scalar("trace.media_s", entry[2], "float | None")))
@@ -131,7 +145,8 @@ def _check_map(name: str, value: object, kind: str) -> dict:
 def _decode_pcm(header: dict, payload: bytes) -> np.ndarray:
     dtype_name = header.get("dtype")
     if not isinstance(dtype_name, str) or dtype_name not in PCM_DTYPES:
-        raise ProtocolError("bad_pcm", f"dtype {dtype_name!r:.20} not in {sorted(PCM_DTYPES)}")
+        raise ProtocolError("bad_pcm",
+                            f"dtype {_SHOW.repr(dtype_name)} not in {sorted(PCM_DTYPES)}")
     channels = _check_scalar("channels", header.get("channels"), "int")
     frames = _check_scalar("frames", header.get("frames"), "int")
     if not 1 <= channels <= MAX_CHANNELS or frames < 0:
@@ -149,20 +164,24 @@ def _decode_pcm(header: dict, payload: bytes) -> np.ndarray:
 def decode(frames: list[bytes]) -> Message:
     """Decode multipart `frames` from an untrusted peer; only ProtocolError escapes."""
     if not isinstance(frames, (list, tuple)) or len(frames) not in (2, 3):
-        raise ProtocolError("bad_frames", f"expected 2 or 3 frames, got {len(frames)}")
+        raise ProtocolError("bad_frames", f"expected 2 or 3 frames, got {_SHOW.repr(frames)}")
+    if not all(isinstance(f, (bytes, bytearray, memoryview)) for f in frames):
+        raise ProtocolError("bad_frames", "frames must be bytes")
     topic, raw_header = bytes(frames[0]), bytes(frames[1])
     if len(topic) > MAX_TOPIC_BYTES:
         raise ProtocolError("oversized", f"topic of {len(topic)} bytes")
     header = _unpack_header(raw_header)
     version = header.get("v")
-    if not isinstance(version, int) or isinstance(version, bool):
+    if not isinstance(version, int) or isinstance(version, bool) or \
+            not 0 <= version <= MAX_WIRE_INT:
         raise ProtocolError("bad_header", "header has no integer protocol version 'v'")
     if version > MAJOR:
         raise ProtocolError("newer_version", f"peer speaks protocol {version}, this is {MAJOR}: "
                                              "upgrade voxweft on this host")
     cls = REGISTRY.get(header.get("type")) if isinstance(header.get("type"), str) else None
     if cls is None:
-        raise ProtocolError("unknown_type", f"unknown message type {header.get('type')!r:.40}")
+        raise ProtocolError("unknown_type",
+                            f"unknown message type {_SHOW.repr(header.get('type'))}")
     is_pcm = issubclass(cls, PcmMessage)
     if is_pcm != (len(frames) == 3):
         raise ProtocolError("bad_frames", f"{cls.TYPE} needs {'3' if is_pcm else '2'} frames")
@@ -187,7 +206,10 @@ def decode(frames: list[bytes]) -> Message:
             kwargs[f.name] = [_check_scalar(f.name, v, "str") for v in value]
         else:
             kwargs[f.name] = _check_scalar(f.name, value, f.type)
-    msg = cls(**kwargs)
+    try:
+        msg = cls(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - a type's own checks refuse what it cannot hold
+        raise ProtocolError("bad_field", f"{cls.TYPE}: {_SHOW.repr(exc)}") from None
     if is_pcm and not MIN_SAMPLE_RATE <= msg.sample_rate <= MAX_SAMPLE_RATE:
         raise ProtocolError("bad_pcm", f"sample_rate {msg.sample_rate} is not within "
                                        f"{MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE} Hz")
