@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from voxweft.actors import budget, engines
+from voxweft.actors import budget
+from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.engines.asr import AsrEngine
-from voxweft.actors.runtime import Actor
 from voxweft.protocol.messages import (
     BUS_RATE,
     Cut,
@@ -130,7 +130,7 @@ def quiet_runs(db: np.ndarray) -> list[float]:
     return runs
 
 
-class AsrActor(Actor):
+class AsrActor(EngineActor):
     """Pulls Segments from the segmenter's queue and publishes final Transcripts."""
 
     name = "asr"
@@ -138,7 +138,6 @@ class AsrActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = engines.build("asr", config.engine, config.engine_settings())
         self.glossary = topology.glossary   # names and terms: expected, and spelled so
         # (segmenter epoch, media start, end) of the segments taken from each stream.
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
@@ -147,15 +146,14 @@ class AsrActor(Actor):
         # The last draft at a pause of each open utterance: (its speech, text, segment), to
         # find the words a later draft agrees on (simultaneous commits, see `agreed_prefix`).
         self.pauses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
-        seg = topology.actors["segmenter"]
-        self.cuts = bool(seg.commit_prefixes and seg.speculate_ms)
+        self.cuts = topology.commits.at_pauses
         # LocalAgreement: the words of each open utterance's last draft, by its start.
         # (Only with an engine that times words as it goes.)
-        self.agree = bool(seg.commit_prefixes and seg.agree_every_ms) and \
+        self.agree = topology.commits.by_agreement and \
             type(self.engine).timed is not AsrEngine.timed
         self.hypotheses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         # A grown draft's age is read on one clock only (the segmenter's host is ours).
-        self.same_clock = seg.host == config.host
+        self.same_clock = topology.same_host("segmenter", self.name)
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """The segmenter's heartbeat: segments come over PULL, this proves we hear it."""

@@ -13,6 +13,14 @@ from collections.abc import Iterator
 import numpy as np
 import soxr
 
+from voxweft.actors.devices import (
+    DeviceStream,
+    Recovery,
+    open_device,
+    open_sounddevice,
+    reopen,
+    resolve_device,
+)
 from voxweft.actors.runtime import Actor, StartupError
 from voxweft.actors.settings.actors import ACTOR_NAMES
 from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, Status
@@ -98,7 +106,7 @@ class FileSource:
         self.file.close()
 
 
-class MicrophoneSource:
+class MicrophoneSource(DeviceStream):
     """A PortAudio input stream at the device's own rate and channels, as 16 kHz mono frames.
 
     The audio callback never blocks: it copies the block into a bounded queue and, when the
@@ -115,9 +123,7 @@ class MicrophoneSource:
 
     def __init__(self, device: str, frame_samples: int, counters,
                  queue_ms: int = 2000) -> None:
-        from voxweft.actors.devices import open_device, open_sounddevice, resolve_device
-
-        sd = open_sounddevice("capture")
+        self.sd = sd = open_sounddevice("capture")
         index, info = resolve_device(sd, device, "input")
         self.rate = int(info["default_samplerate"])
         self.channels = max(1, min(2, int(info["max_input_channels"])))
@@ -159,16 +165,10 @@ class MicrophoneSource:
             if status:
                 counters["xruns"] += 1
 
-        def finished() -> None:
-            # Called by PortAudio when the stream ends without us stopping it: the device
-            # was unplugged or the sound server went away.
-            if not self.closing:
-                self.lost = "the audio stream stopped (device unplugged or sound server gone)"
-
         self.closing = False
         self.stream = open_device(sd, "capture", self.name, lambda: sd.InputStream(
             device=index, samplerate=self.rate, channels=self.channels, dtype="float32",
-            callback=callback, blocksize=self.block, finished_callback=finished))
+            callback=callback, blocksize=self.block, finished_callback=self._finished))
         self.stream.start()
 
     def describe(self) -> str:
@@ -211,13 +211,8 @@ class MicrophoneSource:
         return out
 
     def close(self) -> None:
-        """Stop the stream (a lost device cannot be stopped cleanly; its handle is freed)."""
-        self.closing = True
-        try:
-            self.stream.stop()
-            self.stream.close()
-        except Exception:  # noqa: BLE001 - PortAudioError from a vanished device
-            pass
+        """Stop the stream."""
+        self._close_stream()
 
 
 class CaptureActor(Actor):
@@ -236,8 +231,7 @@ class CaptureActor(Actor):
         self.wait_since = time.monotonic()
         self.eos_sent = False
         self.ready_frames: collections.deque[np.ndarray] = collections.deque()   # read, unsent
-        self.mic_lost_at: float | None = None
-        self.last_retry = 0.0
+        self.recovery = Recovery("capture", "input", "retrying", self.counters, self.log)
         self.feeding = 0        # file: the segmenter epoch we send to (AudioFrame.for_epoch)
         self.taken_ms = 0       # file: furthest end of speech asr has taken (rewind point)
         self.stalled_since: float | None = None   # file: waiting for the pipeline (credit)
@@ -271,34 +265,22 @@ class CaptureActor(Actor):
         self.log.info("capture: %s", self.source.describe())
 
     def _recover_microphone(self) -> None:
-        # Same choice as the player: exiting would not help (a restarted capture fails to
-        # load while the device is missing, and nothing restarts it when it comes back).
-        now = time.monotonic()
-        if self.mic_lost_at is None:
-            self.mic_lost_at = now
-            self.counters["device_lost"] += 1
-            self.log.error("capture: input device %r lost (%s); retrying every %.1f s; run "
-                           "`voxweft devices` to list devices", self.config.device or "default",
-                           self.source.lost, self.config.device_retry_ms / 1000)
-        if now - self.last_retry < self.config.device_retry_ms / 1000:
-            return
-        self.last_retry = now
-        from voxweft.actors.devices import open_sounddevice
+        """The microphone is lost: open it again once it is back (actors.devices)."""
+        self.recovery.step(self.config.device, self.source.lost, self.config.device_retry_ms,
+                           self._reopen_microphone)
 
+    def _reopen_microphone(self) -> str:
+        """A new source on the device: a line about it, or "" while it is still missing."""
         self.source.close()
-        sd = open_sounddevice("capture")
-        sd._terminate()   # PortAudio lists devices only when it initializes
-        sd._initialize()
-        try:
-            source = MicrophoneSource(self.config.device, self.frame_samples, self.counters,
-                                      queue_ms=self.config.queue_ms)
-        except (StartupError, sd.PortAudioError) as exc:
-            self.source.lost = str(exc)
-            return
-        self.source = source
-        self.log.info("capture: input device back after %.1f s: %s", now - self.mic_lost_at,
-                      source.describe())
-        self.mic_lost_at = None
+        opened: list[MicrophoneSource] = []
+        why = reopen(self.source.sd, lambda: opened.append(MicrophoneSource(
+            self.config.device, self.frame_samples, self.counters,
+            queue_ms=self.config.queue_ms)))
+        if why:
+            self.source.lost = why
+            return ""
+        self.source = opened[0]
+        return self.source.describe()
 
     def health(self) -> str:
         """Degraded while the microphone is lost."""

@@ -1,6 +1,8 @@
-"""PortAudio devices through sounddevice: import, list and resolve by name or index."""
+"""PortAudio devices through sounddevice: import, list, resolve, open, lose and reopen."""
 
 from __future__ import annotations
+
+import time
 
 from voxweft.actors.settings.base import StartupError
 
@@ -66,3 +68,95 @@ def resolve_device(sd, spec: str, kind: str) -> tuple[int | None, dict]:
         raise StartupError(f"{kind} device {spec!r} not found; run `voxweft devices` to list "
                            "devices")
     return matches[0]
+
+
+#: Why a stream stopped that we did not stop.
+STREAM_LOST = "the audio stream stopped (device unplugged or sound server gone)"
+
+
+class DeviceStream:
+    """What a PortAudio stream of ours shares, input or output: noticing loss, closing.
+
+    A subclass opens `stream` (from `sd`) with `finished_callback=self._finished` and sets
+    `lost` and `closing` to "" and False first. PortAudio ends a callback stream by itself
+    only when the device failed: `lost` then says why, unless we were closing it.
+    """
+
+    sd = None
+    stream = None
+    lost = ""         # why the stream stopped by itself; "" while it runs
+    closing = False   # we are stopping it: its end is no loss
+
+    def _finished(self) -> None:
+        if not self.closing:
+            self.lost = STREAM_LOST
+
+    def _close_stream(self) -> None:
+        """Stop and close the stream (a lost device cannot be stopped cleanly: freed anyway)."""
+        self.closing = True
+        try:
+            self.stream.stop()
+            self.stream.close()
+        except self.sd.PortAudioError:
+            pass
+        finally:
+            self.closing = False
+
+
+def reopen(sd, make) -> str:
+    """Re-initialize PortAudio, then call `make()` (which opens a device again).
+
+    PortAudio lists devices only when it initializes: without this a device plugged in
+    again is not found. Returns "" when `make()` succeeded, else why not (still missing).
+    """
+    try:
+        sd._terminate()
+        sd._initialize()
+        make()
+    except (StartupError, sd.PortAudioError) as exc:
+        return str(exc)
+    return ""
+
+
+class Recovery:
+    """An actor's lost device, tried again every `retry_ms` until it opens.
+
+    The actor keeps running rather than exit: the rest of the pipeline is fine, and a
+    headset that comes back should just work again. Exiting would not help: supervisord
+    would restart the actor, load() would fail with the device still missing, exit 78, and
+    nobody would restart it when the device returns. The loss is said once (and counted in
+    `device_lost`), the return once.
+    """
+
+    def __init__(self, actor: str, kind: str, meanwhile: str, counters, log) -> None:
+        self.actor = actor          # "capture" or "player"
+        self.kind = kind            # "input" or "output"
+        self.meanwhile = meanwhile  # what the actor does while it waits, said in the error
+        self.counters = counters
+        self.log = log
+        self.lost_at: float | None = None   # monotonic time the loss was noticed
+        self.last_retry = 0.0
+
+    def step(self, device: str, why: str, retry_ms: int, again) -> bool:
+        """One try, called while the device is lost; True when it is back.
+
+        The loss is said once; every `retry_ms`, `again()` opens the device and returns a
+        line about it, or "" while it is still missing.
+        """
+        now = time.monotonic()
+        if self.lost_at is None:
+            self.lost_at = now
+            self.counters["device_lost"] += 1
+            self.log.error("%s: %s device %r lost (%s); %s every %.1f s; run `voxweft devices` "
+                           "to list devices", self.actor, self.kind, device or "default", why,
+                           self.meanwhile, retry_ms / 1000)
+        if now - self.last_retry < retry_ms / 1000:
+            return False
+        self.last_retry = now
+        back = again()
+        if not back:
+            return False
+        self.log.info("%s: %s device back after %.1f s: %s", self.actor, self.kind,
+                      now - self.lost_at, back)
+        self.lost_at = None
+        return True

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from voxweft.actors import budget, condense, engines
+from voxweft.actors import budget, condense
+from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
-from voxweft.actors.runtime import Actor
 from voxweft.protocol.messages import (
     Message,
     Transcript,
@@ -17,7 +17,7 @@ from voxweft.protocol.messages import (
 )
 
 
-class MtActor(Actor):
+class MtActor(EngineActor):
     """Translates final transcripts; refuses text in a language the engine does not take."""
 
     name = "mt"
@@ -25,7 +25,6 @@ class MtActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = engines.build("mt", config.engine, config.engine_settings())
         self.glossary = topology.glossary   # its terms translated as it says, names kept
         # Translations of draft transcripts (speculative endpointing), by their source text.
         self.drafts = Drafts(self.counters)

@@ -1,7 +1,11 @@
-"""The actor runtime: sockets, the poll loop, signals, counters and status heartbeats.
+"""The actor runtime: one actor in one process, its sockets, threads and poll loop.
 
-An actor author subclasses :class:`Actor`, writes ``load()`` and ``handle()`` and nothing
-about ZeroMQ. Threads, and why:
+One job: running an actor written against the contract in actors.actor (re-exported here,
+with StartupError, for the modules that import both from this one). The runtime is split
+in two (issue 35): this module is the process side (sockets and their monitors, the poll
+loop and reconnects, loading with retries, status heartbeats, signals, exit codes, fault
+injection at load, logging), actors.traffic the message side it inherits (sending, custody,
+receiving, clocks, calling the actor's code). Threads, and why:
 
 * main thread: load() then warm-up (so a model is built once, on the main thread), then the
   poll loop calling handle()/tick(). No lock is ever taken around a model call.
@@ -16,7 +20,6 @@ about ZeroMQ. Threads, and why:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 import resource
@@ -24,30 +27,19 @@ import signal
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Iterable
-from typing import ClassVar
 
 import psutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from voxweft.actors.clock import Clocks
-from voxweft.actors.custody import Finished, Outbox, Rejoin, Resync, Seen
+from voxweft.actors.actor import Actor
 from voxweft.actors.settings.base import StartupError
+from voxweft.actors.traffic import Traffic
 from voxweft.protocol import bus, sockets
-from voxweft.protocol.codec import ProtocolError, decode, encode
-from voxweft.protocol.messages import (
-    CUSTODY_TYPES,
-    Done,
-    Message,
-    Segment,
-    Sender,
-    Status,
-    Trace,
-    now_ns,
-    traced,
-)
+from voxweft.protocol.messages import Done, Message, Status, now_ns
+
+__all__ = ["EXIT_CONFIG", "EXIT_RETRY", "START_SECS", "UNREACHABLE_S", "Actor", "Runtime",
+           "StartupError", "output_proxy", "permanent", "resources", "setup_logging"]
 
 HEARTBEAT_S = 0.5           # >= 1 Hz with margin: a tap or `up` sees each actor twice a second
 STOP_GRACE_S = 1.5          # SIGTERM must end the process within 2 s, model call or not
@@ -84,130 +76,20 @@ def permanent(exc: BaseException) -> bool:
                             NotADirectoryError))
 
 
-class Actor:
-    """Base class of the six actors: subclasses write load() and handle()."""
-
-    name: ClassVar[str] = ""
-    #: The next stage on the utterance path. When set, the runtime keeps this actor's
-    #: utterance-path outputs until the player's Done and sends them again whenever that
-    #: stage restarts or rejoins (see actors.custody).
-    downstream: ClassVar[str] = ""
-
-    def __init__(self, topology, config) -> None:
-        self.topology = topology
-        self.config = config
-        self.epoch = 0            # set by the runtime before load()
-        self.recv_ns = 0          # wall time the message being handled was received
-        # Wall time this actor last became free to take a message (the end of its previous
-        # call): a message sent before it waited in the queue, not on the wire.
-        self.ready_ns = 0
-        self.counters: collections.Counter[str] = collections.Counter()
-        self.log = logging.getLogger(f"voxweft.{self.name}")
-        # Progress on the audio stream, published in the heartbeat (file flow control and
-        # resuming after a restart read it): which stream, and how far in (ms).
-        self.stream = ""
-        self.media_ms = 0
-        # What its engine costs on this machine, measured at warm-up (actors.budget).
-        self.budget: dict[str, float] = {}
-        # Upstream actors to ask for everything they still hold for us (a message lost on
-        # the way that no sequence gap showed): the runtime counts it as a broken link.
-        self.again: set[str] = set()
-
-    def arrived(self, trace: Trace, stage: str) -> Trace:
-        """`trace` with this message's "<stage>.ready" and "<stage>.recv" events."""
-        return traced(traced(trace, f"{stage}.ready", self.ready_ns), f"{stage}.recv",
-                      self.recv_ns)
-
-    # -- what an actor author writes ------------------------------------------------------
-    def subscriptions(self) -> list[tuple[str, type[Message]]]:
-        """(upstream actor, message type) pairs this actor's SUB socket listens to.
-
-        Each one a route `protocol.bus` declares for this actor (checked at start); which
-        PUSH queue it works and which types it pushes the bus says alone.
-        """
-        return []
-
-    def engine_name(self) -> str:
-        """Name of the engine this actor owns, for status lines.
-
-        With the variant it chose at load when it has several ("faster-whisper int8").
-        """
-        chosen = getattr(getattr(self, "engine", None), "chosen", "")
-        return f"{getattr(self.config, 'engine', '')} {chosen}".strip()
-
-    def load(self) -> None:
-        """Build the model once (main thread). Raise StartupError with one clear line."""
-
-    def warmup(self) -> None:
-        """Run the model once so the first real request does not pay for lazy setup."""
-
-    def handle(self, msg: Message) -> Iterable[Message]:
-        """Turn one input message into output messages (may be a generator)."""
-        return ()
-
-    def tick(self) -> Iterable[Message]:
-        """Called every loop turn, also without input: sources and timers live here."""
-        return ()
-
-    def tick_interval_s(self) -> float:
-        """Longest time the loop may wait for input before calling tick() again."""
-        return 0.1
-
-    def health(self) -> str:
-        """A non-empty reason when the actor is degraded (checked by the heartbeat)."""
-        return ""
-
-    def held(self) -> int:
-        """Utterances this actor holds besides its outbox (the player's queue)."""
-        return 0
-
-    def duplicate(self, msg: Message) -> Iterable[Message]:
-        """Called instead of handle() for an utterance-path input handled before."""
-        return ()
-
-    def close(self) -> None:
-        """Release devices and files at shutdown."""
-
-
-class Runtime:
+class Runtime(Traffic):
     """Runs one actor in this process until SIGTERM/SIGINT."""
 
     def __init__(self, actor: Actor) -> None:
-        self.actor = actor
-        self.epoch = time.time_ns()   # new at every process start: peers see a restart
-        actor.epoch = self.epoch
+        super().__init__(actor)   # the message side: custody, sequences, clocks (traffic)
         self.state = "loading"
         self.detail = ""
-        self.busy_since: float | None = None
         self.stop = threading.Event()
         self.done = threading.Event()
-        self.peers: dict[str, int] = {}
-        self.last_seq: dict[tuple[str, str], int] = {}
-        self.error_times: collections.deque[float] = collections.deque(maxlen=100)
-        self.backlog: collections.deque[Message] = collections.deque()
-        self.backlog_since: float | None = None
-        self.sender = Sender(actor.name, self.epoch)
-        self.push_types = bus.pushes(actor.name)   # sent on the PUSH queue, not the PUB
-        self.outbox = Outbox()
-        self.seen = Seen()
-        self.finished = Finished()   # utterances the player is done with
-        self.resync = Resync(actor.name, self.epoch)
-        self.rejoin = Rejoin(actor.name)
-        self.links: collections.Counter[str] = collections.Counter()   # see Status.links
         self.endpoint_peer: dict[str, str] = {}
-        self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""), actor.name)
         self.ctx = zmq.Context()
         self.curve = None      # protocol.security.Curve where the bus leaves loopback (run())
         self.auth = None
         self.refused_logged = -REFUSED_LOG_S
-        # Clocks across hosts: the last heartbeat heard from each peer (its sent_ns, our
-        # receive time), what that makes of each host's clock (actors.clock), and when each
-        # peer whose heartbeat we take was last heard (Status.unreachable).
-        self.host = getattr(actor.config, "host", "")
-        self.echo: dict[str, tuple[int, int]] = {}
-        self.clocks = Clocks()
-        self.heard: dict[str, float] = {}
-        self.started = time.monotonic()
 
     # -- threads --------------------------------------------------------------------------
     def _signal_thread(self) -> None:
@@ -227,18 +109,31 @@ class Runtime:
         sock.connect("inproc://out")
         try:
             while not self.stop.wait(HEARTBEAT_S):
-                try:
-                    status = self.status()
-                except Exception:  # noqa: BLE001 - liveness must outlive a bug in a report
-                    log.exception("%s: cannot build the status heartbeat", self.actor.name)
-                    status = Status(state="degraded", detail="status report failed",
-                                    pid=os.getpid())
-                self._send_on(sock, status)
-            self._send_on(sock, self.status())   # a last "stopping" for the tap
+                self._beat(sock)
+            self._beat(sock)   # a last "stopping" for the tap
         except zmq.ZMQError:
             pass
         finally:
             sock.close(0)
+
+    def _beat(self, sock: zmq.Socket) -> None:
+        """Send one heartbeat; a report that cannot be built or encoded sends a plain one.
+
+        Liveness must outlive a bug in a report: a thread that died here would leave the
+        actor running with nobody to see it (supervisord sees a live process).
+        """
+        try:
+            self._send_on(sock, self.status())
+            return
+        except zmq.ZMQError:
+            raise
+        except Exception:  # noqa: BLE001 - any failure of the report, not of the socket
+            self.actor.counters["status_failed"] += 1
+            n = self.actor.counters["status_failed"]
+            if n <= 3 or n % 120 == 0:   # every minute at most, after the first few
+                log.exception("%s: cannot build the status heartbeat (#%d)", self.actor.name, n)
+        self._send_on(sock, Status(state="degraded", detail="status report failed",
+                                   pid=os.getpid()))
 
     def status(self) -> Status:
         """The current Status heartbeat."""
@@ -275,174 +170,6 @@ class Runtime:
         if self.backlog_since is not None and now - self.backlog_since > 2.0:
             return f"{len(self.backlog)} segment(s) waiting: no ASR worker connected"
         return self.actor.health()
-
-    # -- sending --------------------------------------------------------------------------
-    def _send_on(self, sock: zmq.Socket, msg: Message) -> None:
-        sock.send_multipart(encode(self.sender.stamp(msg)), copy=False)
-
-    def send(self, msg: Message) -> None:
-        """Send one output: PUSH types go to the work queue, the rest to the PUB."""
-        if self.actor.downstream and isinstance(msg, CUSTODY_TYPES) and \
-                msg.utt not in self.finished:
-            forgotten = self.outbox.keep(msg)
-            if forgotten:
-                self.actor.counters["outbox_dropped"] += 1
-                log.warning("%s: more than %d utterances in flight; no longer holding %s",
-                            self.actor.name, self.outbox.limit, forgotten)
-        self._transmit(msg)
-
-    def _transmit(self, msg: Message) -> None:
-        if isinstance(msg, self.push_types):
-            self.backlog.append(msg)
-            self._flush_backlog()
-        else:
-            self._send_on(self.out, msg)
-            self.actor.counters["tx"] += 1
-
-    def _flush_backlog(self) -> None:
-        while self.backlog:
-            msg = self.backlog[0]
-            stamped = self.sender.stamp(msg, commit=False)
-            frames = encode(stamped)
-            try:
-                self.push.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                if self.backlog_since is None:
-                    self.backlog_since = time.monotonic()
-                    log.warning("%s: no worker takes %s yet; keeping %d in backlog",
-                                self.actor.name, msg.TYPE, len(self.backlog))
-                return
-            self.sender.sent(stamped)
-            self.backlog.popleft()
-            self.actor.counters["tx"] += 1
-        self.backlog_since = None
-
-    def _send_again(self, status: Status) -> None:
-        """The downstream stage (re)joined: send it everything still held."""
-        held = list(self.outbox.all())
-        if not held:
-            return
-        queued = {id(m) for m in self.backlog}
-        for msg in held:
-            if id(msg) not in queued:
-                self._transmit(msg)
-        self.actor.counters["resent"] += len(held)
-        log.info("%s: %s (epoch %d) joined; sent again %d message(s) of %d utterance(s)",
-                 self.actor.name, status.src, status.epoch, len(held), len(self.outbox))
-
-    def _emit(self, outputs: Iterable[Message] | None) -> None:
-        # Each output goes out as soon as it is produced: streamed TTS chunks must not wait
-        # for the end of the utterance. Nothing is held while the generator runs.
-        slower = self.fault[1] if self.fault and self.fault[0] == "slower" else 1
-        made = time.monotonic()
-        for out in outputs or ():
-            if slower > 1:   # a machine `slower` times slower: each output takes that long
-                time.sleep((slower - 1) * (time.monotonic() - made))
-            self.send(out)
-            made = time.monotonic()
-
-    # -- receiving ------------------------------------------------------------------------
-    def _note(self, msg: Message) -> None:
-        previous = self.peers.get(msg.src)
-        if previous is not None and previous != msg.epoch:
-            log.info("%s: peer %s restarted (new epoch)", self.actor.name, msg.src)
-        self.peers[msg.src] = msg.epoch
-        key = (msg.src, msg.TYPE)
-        last = self.last_seq.get(key)
-        if last is not None and previous == msg.epoch and msg.seq > last + 1:
-            self.actor.counters["gaps"] += msg.seq - last - 1
-            # Lost on the way (a PUB queue overflowed): ask the sender for what it holds.
-            # Segments come over PUSH, where one worker's share has gaps by design.
-            if isinstance(msg, CUSTODY_TYPES) and not isinstance(msg, Segment):
-                self.links[msg.src] += 1
-        self.last_seq[key] = msg.seq
-
-    def _receive(self, sock: zmq.Socket) -> None:
-        for _ in range(256):   # bounded: a flood on one socket must not starve tick()
-            try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            self.actor.recv_ns = now_ns()
-            try:
-                msg = decode(frames)
-            except ProtocolError as exc:
-                self.actor.counters[f"bad_{exc.kind}"] += 1
-                n = sum(v for k, v in self.actor.counters.items() if k.startswith("bad_"))
-                if n <= 5 or n % 100 == 0:
-                    log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
-                continue
-            self._note(msg)
-            msg = self._in_our_clock(msg)
-            if isinstance(msg, Done):
-                self.outbox.release(msg.utt)
-                self.finished.add(msg.utt)
-                continue
-            if isinstance(msg, Status):
-                if msg.src == self.actor.downstream and self.resync.check(msg):
-                    self._send_again(msg)
-                self._call(self.actor.handle, msg)
-                for held in self.rejoin.status(msg, now_ns()):
-                    self._take(held)
-                continue
-            if isinstance(msg, CUSTODY_TYPES) and self.rejoin.hold(msg, time.monotonic()):
-                self.actor.counters["held_at_rejoin"] += 1
-                continue
-            self._take(msg)
-
-    def _take(self, msg: Message) -> None:
-        """Handle one input (not a heartbeat): at most once on the utterance path."""
-        self.actor.counters["rx"] += 1
-        if isinstance(msg, CUSTODY_TYPES):
-            if msg.utt in self.finished:   # sent again before its Done reached the sender
-                self.actor.counters["after_done"] += 1
-                return
-            if msg in self.seen:
-                self.actor.counters["duplicates"] += 1
-                self._call(self.actor.duplicate, msg)
-                return
-            self.seen.add(msg)
-        self._call(self.actor.handle, msg)
-        if self.fault and self.fault[0] == "crash_after" and \
-                self.actor.counters["rx"] >= self.fault[1]:
-            log.error("%s: VOXWEFT_FAULT crash_after:%d reached", self.actor.name,
-                      self.fault[1])
-            os._exit(3)
-
-    def _in_our_clock(self, msg: Message) -> Message:
-        """Learn from heartbeats how far other hosts' clocks are; traces into our clock.
-
-        A heartbeat is one NTP exchange with its host (actors.clock); a trace from another
-        host is brought into our clock on arrival.
-        """
-        if msg.src in self.heard:
-            self.heard[msg.src] = time.monotonic()
-        peer = getattr(self.actor.topology, "actors", {}).get(msg.src)
-        host = getattr(peer, "host", self.host)
-        if isinstance(msg, Status):
-            self.echo[msg.src] = (msg.sent_ns, self.actor.recv_ns)
-            me = self.actor.name
-            if host != self.host and me in msg.echo_sent and me in msg.echo_recv:
-                self.clocks.exchange(host, msg.echo_sent[me], msg.echo_recv[me], msg.sent_ns,
-                                     self.actor.recv_ns)
-            return msg
-        trace = getattr(msg, "trace", None)
-        if host == self.host or not trace:
-            return msg
-        return dataclasses.replace(msg, trace=self.clocks.to_local(host, trace))
-
-    def _call(self, fn, *args) -> None:
-        self.busy_since = time.monotonic()
-        try:
-            self._emit(fn(*args))
-        except Exception:  # noqa: BLE001 - survive at run time: log, count, continue
-            self.actor.counters["errors"] += 1
-            self.error_times.append(time.monotonic())
-            log.error("%s: %s failed:\n%s", self.actor.name, getattr(fn, "__name__", fn),
-                      traceback.format_exc(limit=6))
-        finally:
-            self.busy_since = None
-            self.actor.ready_ns = now_ns()
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -678,26 +405,6 @@ def resources() -> dict[str, int]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # kB on Linux, bytes on macOS
     out["peak_rss_kb"] = peak // 1024 if sys.platform == "darwin" else peak
     return out
-
-
-def _parse_fault(spec: str, actor: str = "") -> tuple[str, int] | None:
-    """The VOXWEFT_FAULT a test injects into this actor, or None.
-
-    'crash_after:N' (exit 3 after N inputs), 'fail_load', 'flaky_load:N' (the first N load
-    attempts fail), 'slower:N' (every output takes N times as long to make, as on a machine
-    N times slower). 'ACTOR/...' applies it to that actor only.
-    """
-    if not spec:
-        return None
-    if "/" in spec:
-        only, _, spec = spec.partition("/")
-        if only != actor:
-            return None
-    name, _, arg = spec.partition(":")
-    if name not in ("crash_after", "fail_load", "flaky_load", "slower"):
-        log.warning("ignoring unknown VOXWEFT_FAULT %r", spec)
-        return None
-    return name, int(arg or 0)
 
 
 def setup_logging() -> None:

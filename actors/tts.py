@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from voxweft.actors import budget, condense, engines, lag
+from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
-from voxweft.actors.runtime import Actor
 from voxweft.actors.voice import VoiceMemory
 from voxweft.protocol.messages import (
     BUS_RATE,
@@ -41,7 +41,7 @@ class _Draft:
     made_s: float             # what making the first chunk took
 
 
-class TtsActor(Actor):
+class TtsActor(EngineActor):
     """Each clause goes out the moment it is synthesized; an empty `last` chunk closes it."""
 
     name = "tts"
@@ -49,12 +49,11 @@ class TtsActor(Actor):
 
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
-        self.engine = engines.build("tts", config.engine, config.engine_settings())
         # A faster engine for speech that is late (actors.lag), if the topology names one.
         self.backlog_engine = (engines.build("tts", config.backlog_engine, config.backlog_settings)
                                if config.backlog_engine else None)
         # When the player will have played what was sent: how far behind the listener is.
-        self.timeline = lag.Timeline(topology.actors["player"].jitter_ms / 1000 + 0.04)
+        self.timeline = lag.Timeline(topology.playout_buffer_s + 0.04)
         # How long the first chunk took lately (s): the warm-up's figure until speech comes;
         # the bounded lag needs what it takes now, on a machine that may be busier.
         self.first_chunks: collections.deque[float] = collections.deque(maxlen=FIRST_CHUNKS)

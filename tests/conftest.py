@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +16,19 @@ import soxr
 from voxweft.tools.bench import DEFAULT_CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config) -> None:
+    """Whatever started the suite, the processes the tests start get a terminal's signals.
+
+    A signal mask and an ignored SIGINT pass to every child: a CI runner that blocked
+    SIGTERM and SIGINT left parec deaf to its stop (and, before `voxweft` unblocked them
+    itself, every `interpret` and `up --watch`); a script's background job ignores SIGINT,
+    and the tests send it as Ctrl-C in a terminal would.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 CORPUS = DEFAULT_CORPUS   # the five LJ Speech clips the repository carries
 VOXWEFT = [sys.executable, "-m", "voxweft.tools.cli"]
 #: Sentences with three of the bench glossary's names (tools/bench/terms), read by piper in

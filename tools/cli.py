@@ -13,6 +13,12 @@ from voxweft.actors.clock import offsets as clock_offsets
 from voxweft.actors.engines import memory_check
 from voxweft.deploy import topology as topo_mod
 from voxweft.deploy.events import DOWN, describe, supervision
+from voxweft.deploy.session import (
+    STOP_SIGNALS,
+    Terminated,
+    raise_terminated,
+    unblock_stop_signals,
+)
 from voxweft.deploy.supervisor import (
     GROUP,
     BusWatcher,
@@ -139,11 +145,7 @@ def cmd_captions(args) -> int:
     from voxweft.tools.captions import read_token
     from voxweft.tools.captions.server import serve
 
-    topology = _tap_topology(args)
-    try:
-        curve = _listener_curve(topology, args)
-    except ValueError as exc:
-        return _die(f"captions: {exc}")
+    topology, curve = _listener(args, "captions")
     try:
         token = read_token(args.token_file, os.environ)
     except ValueError as exc:
@@ -155,7 +157,6 @@ def _watch_then_stop(topology, sup: Supervisor, run_dir: Path, curve=None) -> in
     """`up --watch`: watch until Ctrl-C, SIGTERM or SIGHUP, then stop what `up` started."""
     import signal
 
-    from voxweft.tools.interpret import STOP_SIGNALS, Terminated, raise_terminated
     from voxweft.tools.watch import watch
 
     previous = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
@@ -256,15 +257,16 @@ def cmd_bench(args) -> int:
     """Measure the pipeline on a corpus; write report.json/.md and plots; compare."""
     from voxweft.tools.bench import report as benchreport
     from voxweft.tools.bench import run as bench
+    from voxweft.tools.bench.reportfiles import BenchError, load_report
 
     try:
         if args.report:   # compare two reports already written; run nothing
             if not args.compare:
                 return _die("voxweft bench: --report needs --compare OLD.json", 2)
-            new = bench.load_report(Path(args.report))
+            new = load_report(Path(args.report))
         else:
             if args.compare:   # an unreadable old report fails now, not after the run
-                bench.load_report(Path(args.compare))
+                load_report(Path(args.compare))
             base = _topology(args)
             out = Path(args.out or time.strftime("bench-%Y%m%d-%H%M%S"))
             command = "voxweft bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else ""
@@ -287,9 +289,9 @@ def cmd_bench(args) -> int:
             print(f"voxweft bench: report in {out / 'report.json'} (and report.md, "
                   f"timeline.png{', soak.png' if args.soak else ''})")
         if args.compare:
-            old = bench.load_report(Path(args.compare))
+            old = load_report(Path(args.compare))
             print(benchreport.compare(old, new))
-    except bench.BenchError as exc:
+    except BenchError as exc:
         return _die(f"voxweft bench: {exc}", exc.code)
     return 0
 
@@ -346,11 +348,7 @@ def cmd_tap(args) -> int:
     """Print (and optionally record) every message on the bus."""
     from voxweft.tools.tap import tap
 
-    topology = _tap_topology(args)
-    try:
-        curve = _listener_curve(topology, args)
-    except ValueError as exc:
-        return _die(f"tap: {exc}")
+    topology, curve = _listener(args, "tap")
     return tap(topology, args, curve)
 
 
@@ -382,13 +380,18 @@ def cmd_replay(args) -> int:
     return replay(_tap_topology(args), Path(args.file), args.fast, args.topic)
 
 
-def _listener_curve(topology, args):
-    """The CURVE keys a bus listener (tap, captions) uses; None on a loopback bus.
+def _listener(args, command: str):
+    """The topology a bus listener (tap, captions) hears and the CURVE keys it listens with.
 
-    This host's key, or with `--key FILE` a client's listed key. ValueError: one line.
+    The keys: None on a loopback bus; else this host's, or with `--key FILE` a client's
+    listed key. Keys it cannot have raise TopologyError, "COMMAND: why", which `main` says.
     """
-    return topology.curve(None if args.key else _host(topology, args.host),
-                          Path(args.key).expanduser() if args.key else None)
+    topology = _tap_topology(args)
+    try:
+        return topology, topology.curve(None if args.key else _host(topology, args.host),
+                                        Path(args.key).expanduser() if args.key else None)
+    except ValueError as exc:
+        raise TopologyError(f"{command}: {exc}") from None
 
 
 def _tap_topology(args):
@@ -461,46 +464,58 @@ def cmd_voicecheck(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+    """The argument parser of every subcommand, added group by group in `--help`'s order."""
     p = argparse.ArgumentParser(prog="voxweft", description="Local speech-to-speech "
                                 "interpreter: six supervised actors on a ZeroMQ bus.")
     sub = p.add_subparsers(dest="command", required=True)
+    for add_group in (_pipeline_commands, _file_commands, _bus_commands, _machine_commands):
+        add_group(sub)
+    return p
 
-    def captions_address(sp, bind, port):
-        from voxweft.tools.captions import DEFAULT_PORT
 
-        sp.add_argument(bind, default="127.0.0.1",
-                        help="address the captions page listens on (default 127.0.0.1; a "
-                             "LAN address for phones in the room: the URL then has a token)")
-        sp.add_argument(port, type=int, default=DEFAULT_PORT,
-                        help=f"its port (default {DEFAULT_PORT})")
+def _common(sp, run=True) -> None:
+    """--topology and --host; with `run`, --run-dir too (a command of a running pipeline)."""
+    sp.add_argument("--topology", help="topology TOML (default: deploy/default.toml)")
+    sp.add_argument("--host", help="which host of the topology this machine is")
+    if run:
+        sp.add_argument("--run-dir", help="private run directory of supervisord")
 
-    def glossary_option(sp):
-        sp.add_argument("--glossary", metavar="FILE",
-                        help="names and terms, one per line ('Name' or 'term = translation'):"
-                             " Whisper expects them, MT keeps or translates them so (the "
-                             "topology's [pipeline] glossary)")
 
-    def common(sp, run=True):
-        sp.add_argument("--topology", help="topology TOML (default: deploy/default.toml)")
-        sp.add_argument("--host", help="which host of the topology this machine is")
-        if run:
-            sp.add_argument("--run-dir", help="private run directory of supervisord")
+def _captions_address(sp, bind: str, port: str) -> None:
+    """The captions page's address and port options, under the names `bind` and `port`."""
+    from voxweft.tools.captions import DEFAULT_PORT
 
+    sp.add_argument(bind, default="127.0.0.1",
+                    help="address the captions page listens on (default 127.0.0.1; a "
+                         "LAN address for phones in the room: the URL then has a token)")
+    sp.add_argument(port, type=int, default=DEFAULT_PORT,
+                    help=f"its port (default {DEFAULT_PORT})")
+
+
+def _glossary_option(sp) -> None:
+    """--glossary: the file of names and terms (interpret, bench)."""
+    sp.add_argument("--glossary", metavar="FILE",
+                    help="names and terms, one per line ('Name' or 'term = translation'):"
+                         " Whisper expects them, MT keeps or translates them so (the "
+                         "topology's [pipeline] glossary)")
+
+
+def _pipeline_commands(sub) -> None:
+    """up, captions, down, status, restart, logs: this host's supervised pipeline."""
     sp = sub.add_parser("up", help="start this host's actors; return when all are ready")
-    common(sp)
+    _common(sp)
     sp.add_argument("--timeout", type=float, default=300, help="seconds to wait for ready")
     sp.add_argument("--watch", action="store_true",
                     help="then show each utterance and its translation; Ctrl-C, SIGTERM or "
                          "SIGHUP stops the pipeline")
     sp.add_argument("--captions", action="store_true",
                     help="also serve the captions page (supervised beside the actors)")
-    captions_address(sp, "--captions-bind", "--captions-port")
+    _captions_address(sp, "--captions-bind", "--captions-port")
     sp.set_defaults(fn=cmd_up)
 
     sp = sub.add_parser("captions", help="serve the live captions page for the room")
-    common(sp)
-    captions_address(sp, "--bind", "--port")
+    _common(sp)
+    _captions_address(sp, "--bind", "--port")
     # No --token: a command line shows in `ps` to every user of the machine.
     sp.add_argument("--token-file", metavar="PATH",
                     help="file that holds the access token for the page's URL (default: "
@@ -511,20 +526,23 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn, text in (("down", cmd_down, "stop everything"),
                            ("status", cmd_status, "supervisor and bus state per actor")):
         sp = sub.add_parser(name, help=text)
-        common(sp)
+        _common(sp)
         sp.set_defaults(fn=fn)
     for name, fn, text in (("restart", cmd_restart, "restart one actor"),
                            ("logs", cmd_logs, "show an actor's log")):
         sp = sub.add_parser(name, help=text)
-        common(sp)
+        _common(sp)
         sp.add_argument("actor")
         if name == "logs":
             sp.add_argument("-f", "--follow", action="store_true")
             sp.add_argument("-n", "--lines", type=int, default=40)
         sp.set_defaults(fn=fn)
 
+
+def _file_commands(sub) -> None:
+    """interpret, bench, voicecheck, demo: a file or a corpus through the pipeline."""
     sp = sub.add_parser("interpret", help="interpret an audio file into DIR")
-    common(sp, run=False)
+    _common(sp, run=False)
     sp.add_argument("--input", required=True)
     sp.add_argument("--out", required=True)
     sp.add_argument("--src", default="en")
@@ -534,14 +552,36 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as from a microphone: translations later than the topology's "
                          "max_lag_s are not spoken (default: every utterance is spoken)")
     sp.add_argument("--timeout", type=float, default=3600)
-    glossary_option(sp)
+    _glossary_option(sp)
     sp.add_argument("--captions", action="store_true",
                     help="serve the captions page while it interprets")
-    captions_address(sp, "--captions-bind", "--captions-port")
+    _captions_address(sp, "--captions-bind", "--captions-port")
     sp.set_defaults(fn=cmd_interpret)
 
+    _bench_command(sub)
+
+    sp = sub.add_parser("voicecheck", help="VoxCPM2: which voice mode keeps the speaker's "
+                        "voice without leaking their language")
+    _common(sp, run=False)
+    sp.add_argument("--corpus", default=str(DEFAULT_CORPUS),
+                    help="one speaker's NAME.wav + NAME.txt (+ NAME.<tgt>.txt translations); "
+                    "default: the five LJ Speech clips the project carries")
+    sp.add_argument("--out", default="voicecheck", help="report folder")
+    sp.add_argument("--limit", type=int, default=5, help="only the first N clips")
+    sp.set_defaults(fn=cmd_voicecheck)
+
+    sp = sub.add_parser("demo", help="interpret the bundled English sample into Portuguese")
+    _common(sp, run=False)
+    sp.add_argument("--out", default="demo-out")
+    sp.add_argument("--fast", action="store_true")
+    sp.add_argument("--no-play", action="store_true", help="do not play the result")
+    sp.set_defaults(fn=cmd_demo)
+
+
+def _bench_command(sub) -> None:
+    """bench: its run, its variants (--soak, --continuous, --room, --terms) and --compare."""
     sp = sub.add_parser("bench", help="measure latency, quality, bus and resources on a corpus")
-    common(sp, run=False)
+    _common(sp, run=False)
     sp.add_argument("--corpus", help="folder of NAME.wav (+ NAME.txt, NAME.<tgt>.txt); default: "
                     "the five LJ Speech clips the project carries (tools/bench/corpus)")
     sp.add_argument("--out", help="report folder (default: bench-DATE-TIME)")
@@ -556,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continuous speech: the corpus looped for this long with "
                          "0.3 s pauses, in real time (lag slope, degradation steps)")
     sp.add_argument("--limit", type=int, help="only the first N files")
-    glossary_option(sp)
+    _glossary_option(sp)
     sp.add_argument("--room", action="store_true",
                     help="the corpus as a room makes it: noise, a second talker, no speech; "
                          "WER, intrusions, made-up lines and latency per condition")
@@ -576,31 +616,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --compare: compare this report instead of running")
     sp.set_defaults(fn=cmd_bench)
 
-    sp = sub.add_parser("voicecheck", help="VoxCPM2: which voice mode keeps the speaker's "
-                        "voice without leaking their language")
-    common(sp, run=False)
-    sp.add_argument("--corpus", default=str(DEFAULT_CORPUS),
-                    help="one speaker's NAME.wav + NAME.txt (+ NAME.<tgt>.txt translations); "
-                    "default: the five LJ Speech clips the project carries")
-    sp.add_argument("--out", default="voicecheck", help="report folder")
-    sp.add_argument("--limit", type=int, default=5, help="only the first N clips")
-    sp.set_defaults(fn=cmd_voicecheck)
 
-    sp = sub.add_parser("demo", help="interpret the bundled English sample into Portuguese")
-    common(sp, run=False)
-    sp.add_argument("--out", default="demo-out")
-    sp.add_argument("--fast", action="store_true")
-    sp.add_argument("--no-play", action="store_true", help="do not play the result")
-    sp.set_defaults(fn=cmd_demo)
-
+def _bus_commands(sub) -> None:
+    """watch, tap, keys, replay: the bus, heard, secured and played again."""
     sp = sub.add_parser("watch", help="live view: source | translation, rolling transcript")
-    common(sp)
+    _common(sp)
     sp.add_argument("--transcript", help="rolling JSONL file (default: in the run directory)")
     sp.add_argument("--duration", type=float, help="stop after S seconds")
     sp.set_defaults(fn=cmd_watch)
 
     sp = sub.add_parser("tap", help="print every message on the bus (subscribe only)")
-    common(sp)
+    _common(sp)
     sp.add_argument("--topic", default="", help="topic prefix, e.g. transcript or status.asr")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
     sp.add_argument("--record", help="keep every raw message with its receive time")
@@ -620,12 +646,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_keys)
 
     sp = sub.add_parser("replay", help="publish a --record file again")
-    common(sp)
+    _common(sp)
     sp.add_argument("file")
     sp.add_argument("--fast", action="store_true", help="no pauses between messages")
     sp.add_argument("--topic", default="", help="only messages with this topic prefix")
     sp.set_defaults(fn=cmd_replay)
 
+
+def _machine_commands(sub) -> None:
+    """languages, devices, models, doctor: what this installation and machine have."""
     sp = sub.add_parser("languages", help="language pairs this installation can interpret")
     sp.add_argument("--topology", help="also count this topology's engines")
     sp.add_argument("--json", action="store_true", help="print JSON")
@@ -662,11 +691,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also this topology (every deploy/*.toml is always read)")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(fn=cmd_doctor)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `voxweft` console script."""
+    unblock_stop_signals()
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

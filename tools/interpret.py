@@ -1,30 +1,22 @@
-"""`voxweft interpret`: a file through the whole supervised pipeline, outputs into a folder."""
+"""`voxweft interpret`: a file through the whole supervised pipeline, outputs into a folder.
+
+This module makes the file's topology, collects what the bus says (`Collector`) and writes
+the outputs; running the session itself, supervisord from start to stop, is deploy.session's.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
-import shutil
-import signal
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from voxweft.actors import budget
-from voxweft.actors.engines import memory_check
-from voxweft.deploy.events import Board, exit_words
-from voxweft.deploy.supervisor import (
-    CaptionsProgram,
-    Supervisor,
-    SupervisorError,
-    down_for_good,
-    wait_ready,
-)
+from voxweft.deploy.session import HOST, run_session
+from voxweft.deploy.supervisor import CaptionsProgram
 from voxweft.deploy.topology import Topology, parse
 from voxweft.protocol import bus as wire
-from voxweft.protocol.client import BusClient
 from voxweft.protocol.messages import (
     Done,
     EndOfStream,
@@ -76,7 +68,7 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
         print(f"voxweft: {src}->{tgt} needs another engine: using {line}", flush=True)
     base = parse(raw, base.source)
     ports = free_ports(8)
-    actors = {name: {"host": "_interpret", "port": ports[i]}
+    actors = {name: {"host": HOST, "port": ports[i]}
               for i, name in enumerate(base.actors)}
     actors["segmenter"]["push_port"] = ports[6]
     actors["capture"].update(source="file", path=str(input_path), fast=fast)
@@ -86,8 +78,8 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
         pipeline["max_lag_s"] = 0
     return base.with_overrides({
         "pipeline": pipeline,
-        "hosts": {"_interpret": {"address": "127.0.0.1", "bind": "127.0.0.1",
-                                 "events_port": ports[7]}},
+        "hosts": {HOST: {"address": "127.0.0.1", "bind": "127.0.0.1",
+                         "events_port": ports[7]}},
         "actors": actors,
     })
 
@@ -267,109 +259,16 @@ class Collector:
         return report
 
 
-class Terminated(Exception):
-    """SIGTERM or SIGHUP: stop the pipeline and keep what was interpreted, as on Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-def raise_terminated(signum, _frame) -> None:
-    """Signal handler: raise Terminated."""
-    raise Terminated(signum)
-
-
 def run_supervised(topology: Topology, collector, topics: list[bytes], out_dir: Path,
                    timeout_s: float | None, what: str,
                    captions: CaptionsProgram | None = None) -> tuple[int, str]:
-    """Run the topology's actors under a private supervisord until `collector` is done.
+    """A session of the topology's actors until `collector` is done (deploy.session).
 
-    Every message on `topics` goes to `collector.add` until `collector.finished()`; then the
-    actors stop and their logs are copied to `out_dir/logs`.
-    Returns (exit code, reason): 0 when the collector finished. `captions`: the captions
-    page is served meanwhile (supervised beside the actors).
+    The same, with the captions page's address in the words this layer gives it
+    (tools.captions.url). Returns (exit code, reason): 0 when the collector finished.
     """
-    fits, line = memory_check(topology, "_interpret", "here")   # before anything loads
-    print(f"voxweft: {line}", flush=True)
-    if not fits:
-        return 1, line
-    # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
-    original = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
-    original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-    run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
-    sup = Supervisor(run_dir)
-    sup.write(topology, "_interpret", captions)
-    if captions is not None:
-        print(f"voxweft: captions: {url(captions.bind, captions.port, captions.token or None)}",
-              flush=True)
-    # Subscribe before anything starts: the file source waits for every actor to be ready,
-    # by which time these subscriptions have long been live.
-    bus = BusClient([topology.pub_connect(a) for a in topology.actors], topics)
-    # Which actor is down and why, from supervisord's event listener.
-    events = BusClient([topology.events_connect("_interpret")],
-                       wire.watched("interpret", wire.EVENTS))
-    board = Board()
-    code, reason = 0, ""
-    t0 = time.monotonic()
-    try:
-        sup.start()
-        ready = wait_ready(sup, topology, list(topology.actors))
-        print(f"voxweft: pipeline ready in {time.monotonic() - t0:.1f} s; {what}", flush=True)
-        collector.verdict = budget.judge(topology, ready, "_interpret")
-        for line in collector.verdict[1]:
-            print(f"voxweft: {line}", flush=True)
-        limit = time.monotonic() + (timeout_s or 3600)
-        last_check = 0.0
-        while not collector.finished():
-            if time.monotonic() > limit:
-                code, reason = 1, f"timed out after {timeout_s:.0f} s"
-                break
-            msg = bus.recv(0.2)
-            if msg is not None:
-                collector.add(msg)
-            while (msg := events.recv(0)) is not None:
-                try:
-                    line = board.update(msg)
-                except AttributeError:   # not a Supervision message
-                    continue
-                if line:
-                    print(f"voxweft: {line}", flush=True)
-            if time.monotonic() - last_check > 1.0:
-                last_check = time.monotonic()
-                stalled = collector.stalled()
-                if stalled:
-                    code, reason = 1, stalled
-                    break
-                for name, info in sup.processes().items():
-                    if down_for_good(info["statename"], info["exitstatus"]):
-                        raise SupervisorError(f"actor {name} failed ({info['statename']}, "
-                                              f"{exit_words(info['exitstatus'])}): "
-                                              f"{sup.last_error(name)}")
-    except SupervisorError as exc:
-        code, reason = 1, str(exc)
-    except KeyboardInterrupt:
-        code, reason = 128 + signal.SIGINT, "stopped by SIGINT (Ctrl-C)"
-    except Terminated as exc:
-        code, reason = 128 + exc.signum, f"stopped by {signal.Signals(exc.signum).name}"
-    finally:
-        # A second signal must not cut the shutdown short: actors would be left behind.
-        for signum in original:
-            signal.signal(signum, signal.SIG_IGN)
-        bus.close()
-        events.close()
-        try:
-            sup.shutdown()
-        except SupervisorError as exc:
-            print(f"voxweft: {exc}", file=sys.stderr)
-        shutil.copytree(run_dir / "logs", out_dir / "logs", dirs_exist_ok=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        for signum, handler in original.items():
-            signal.signal(signum, handler)
-    return code, reason
+    link = url(captions.bind, captions.port, captions.token or None) if captions else ""
+    return run_session(topology, collector, topics, out_dir, timeout_s, what, captions, link)
 
 
 def interpret(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,

@@ -14,15 +14,17 @@ second): a Python package is looked up with importlib (not imported), a program 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from voxweft.actors import budget
 from voxweft.actors.settings.actors import EngineConfig
-from voxweft.actors.settings.manifest import CANDIDATES, ENGINES, STAGES, names
+from voxweft.actors.settings.base import StartupError
+from voxweft.actors.settings.manifest import CANDIDATES, ENGINES, INSTALL, STAGES, names
 from voxweft.actors.settings.topology import TopologyError
 
 __all__ = ["CANDIDATES", "ENGINES", "STAGES", "names"]   # the manifest, re-exported
@@ -48,6 +50,22 @@ def installed(packages: Iterable[str], programs: Iterable[str]) -> bool:
     except (ImportError, ValueError):
         return False
     return have and all(shutil.which(p) for p in programs)
+
+
+@contextlib.contextmanager
+def importing(stage: str, engine: str, backend: int = 0) -> Iterator[None]:
+    """Run an engine's imports; one that fails is a StartupError saying what to install.
+
+    The command comes from the manifest (`INSTALL`, one per backend as in `ENGINE_NEEDS`), so
+    the manifest is the one place that knows it and every engine says it the same way. A
+    context rather than a function taking a module's name: engines import names from
+    submodules, and VoxCPM2 its model through its own loader (`voxcpm2_model_class`).
+    """
+    try:
+        yield
+    except ImportError as exc:   # ModuleNotFoundError too
+        raise StartupError(f"{engine} is not installed ({exc}); install it: "
+                           f"{INSTALL[(stage, engine)][backend]}") from None
 
 
 def label(engine: str, settings: dict) -> str:

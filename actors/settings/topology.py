@@ -149,6 +149,14 @@ class Host:
                 else security.keys_dir() / f"{self.name}.key_secret")
 
 
+@dataclass(frozen=True)
+class Commits:
+    """How the segmenter commits an utterance's words before it ends (the ASR follows it)."""
+
+    at_pauses: bool      # a draft at each pause inside the utterance, its words committed
+    by_agreement: bool   # drafts every so often; the words two agree on are committed
+
+
 @dataclass
 class Topology:
     """A validated topology."""
@@ -238,6 +246,30 @@ class Topology:
     def actors_on(self, host: str) -> list[str]:
         """Actors placed on `host`, in pipeline order."""
         return [a for a in ACTOR_NAMES if self.actors[a].host == host]
+
+    # -- what one actor needs to know of another, derived here once: no actor reads
+    #    another's table (issue 35) --------------------------------------------------------
+    @property
+    def echo_path(self) -> bool:
+        """Whether the microphone can hear the loudspeaker (capture's source, player's sink)."""
+        return (self.actors["capture"].source == "microphone"
+                and self.actors["player"].sink == "device")
+
+    @property
+    def playout_buffer_s(self) -> float:
+        """How long the player holds audio before it is heard (its jitter buffer)."""
+        return self.actors["player"].jitter_ms / 1000
+
+    @property
+    def commits(self) -> Commits:
+        """How the segmenter commits words before an utterance ends."""
+        seg = self.actors["segmenter"]
+        return Commits(at_pauses=bool(seg.commit_prefixes and seg.speculate_ms),
+                       by_agreement=bool(seg.commit_prefixes and seg.agree_every_ms))
+
+    def same_host(self, a: str, b: str) -> bool:
+        """Whether two actors run on one host (and so read one clock)."""
+        return self.actors[a].host == self.actors[b].host
 
     def dumps(self) -> str:
         """The topology as TOML (what `up` freezes into the run directory)."""

@@ -517,3 +517,21 @@ def test_the_segmenter_interprets_a_quieter_voice_that_takes_the_floor():
     assert plain > 0.85 * len(quiet) / 16000 and gated >= plain - 0.05, (gated, plain)
     assert not [m for m in out if isinstance(m, VadEvent) and m.event == "rejected"]
     assert seg.counters["rejected"] == 0
+
+
+def test_no_actor_reads_another_actors_table():
+    """What one actor needs of another is derived once in the topology model (echo_path,
+    playout_buffer_s, commits, same_host) or travels in a message (issue 35, part 3)."""
+    import re
+
+    from tests.conftest import ROOT
+
+    pipeline_wide = {"budget.py", "__main__.py"}   # the whole pipeline's budget; the start
+    found = []
+    for path in sorted((ROOT / "actors").glob("*.py")):
+        if path.name in pipeline_wide:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"topology\.actors\[|topology\.actors\.get\(", line):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voxweft.tools.bench.run import (
-    LEAD_S,
-    BenchError,
-    _assign,
-    _pipeline_s,
-    build_session,
-    corpus_items,
-)
+from voxweft.tools.bench.run import LEAD_S, BenchError, build_session, corpus_items
+from voxweft.tools.bench.utterances import _assign, _pipeline_s
 
 S = 1_000_000_000
 
@@ -74,7 +68,8 @@ def test_pipeline_span_leaves_out_queueing():
 
 def test_long_form_figures_from_playback_traces():
     from voxweft.protocol.messages import PlaybackEvent
-    from voxweft.tools.bench.run import BenchCollector, _longform
+    from voxweft.tools.bench.run import BenchCollector
+    from voxweft.tools.bench.score import _longform
 
     collected = BenchCollector()
     t0 = 100 * S
@@ -106,7 +101,8 @@ def test_long_form_figures_from_playback_traces():
 
 def test_soak_series_trends_and_queue_depth():
     from voxweft.protocol.messages import PlaybackEvent, Status
-    from voxweft.tools.bench.run import BenchCollector, _soak
+    from voxweft.tools.bench.run import BenchCollector
+    from voxweft.tools.bench.score import _soak
 
     collected = BenchCollector()
     t0 = 1000 * S
@@ -138,7 +134,7 @@ def test_soak_series_trends_and_queue_depth():
     assert depth[10.0] == 1 and depth[15.0] == 1 and depth[20.0] == 0
     assert soak["queue_depth"]["max"] == 1 and soak["fds"]["asr"] == {"first": 20, "last": 20,
                                                                        "max": 20}
-    from voxweft.tools.bench.run import _targets
+    from voxweft.tools.bench.score import _targets
 
     targets = {t["name"]: t for t in _targets({
         "latency": {"speech_end_to_first_audio_s": {"p50": 1.2},
@@ -162,7 +158,9 @@ def test_first_voiced_sample_and_lag_figures():
     import numpy as np
 
     from voxweft.protocol.messages import Status
-    from voxweft.tools.bench.run import BenchCollector, _first_voiced, _lag
+    from voxweft.tools.bench.run import BenchCollector
+    from voxweft.tools.bench.score import _lag
+    from voxweft.tools.bench.utterances import _first_voiced
 
     collected = BenchCollector()
     rate = 24000
@@ -189,7 +187,8 @@ def test_first_voiced_sample_and_lag_figures():
 
 def test_per_word_asr_lag():
     from voxweft.protocol.messages import Transcript
-    from voxweft.tools.bench.run import BenchCollector, _word_lag
+    from voxweft.tools.bench.run import BenchCollector
+    from voxweft.tools.bench.score import _word_lag
 
     collected = BenchCollector()
     t0 = 1000 * S
@@ -207,7 +206,8 @@ def test_per_word_asr_lag():
 def test_spoken_share_condensing_and_tts_cpu_headline():
     from voxweft.actors.budget import EXPANSION
     from voxweft.protocol.messages import Status
-    from voxweft.tools.bench.run import BenchCollector, Item, Placed, _spoken, _targets
+    from voxweft.tools.bench.run import BenchCollector, Item, Placed
+    from voxweft.tools.bench.score import _spoken, _targets
 
     collected = BenchCollector()
     collected.statuses["mt"] = [Status(src="mt", counters={"fillers_removed": 3})]
@@ -264,7 +264,8 @@ def test_spoken_share_condensing_and_tts_cpu_headline():
 def test_a_sentence_the_gate_ignored_counts_against_the_reference_share():
     """Today's transcripts say every word committed was spoken; the reference says a whole
     sentence was never heard (the speaker gate took it for the room)."""
-    from voxweft.tools.bench.run import BenchCollector, Item, Placed, _spoken
+    from voxweft.tools.bench.run import BenchCollector, Item, Placed
+    from voxweft.tools.bench.score import _spoken
 
     a = Item("a", None, "The printing press changed Europe. Books became cheap and common.",
              None)
@@ -323,7 +324,8 @@ def test_the_floor_compares_the_work_of_utterances_that_took_their_drafts():
     import types
 
     from voxweft.protocol.messages import PlaybackEvent, Transcript, Translation, VadEvent
-    from voxweft.tools.bench.run import BenchCollector, Item, Placed, analyse
+    from voxweft.tools.bench.run import BenchCollector, Item, Placed
+    from voxweft.tools.bench.score import analyse
 
     collected = BenchCollector()
     collected.verdict = (True, [])

@@ -22,6 +22,7 @@ from voxweft.actors.engines.mt.ctranslate2 import CTranslate2Engine
 from voxweft.actors.engines.tts.kokoro import KokoroEngine
 from voxweft.actors.engines.tts.piper import PiperEngine
 from voxweft.actors.settings.base import StartupError
+from voxweft.actors.settings.manifest import ENGINE_NEEDS, INSTALL
 from voxweft.deploy.topology import load
 from voxweft.tools.languages import format_report, main
 
@@ -123,6 +124,16 @@ def test_missing_apertium_names_the_packages(monkeypatch, tmp_path):
     with pytest.raises(StartupError, match="apertium-eng-spa") as err:
         engine.load()
     assert "apt-get install apertium" in str(err.value) and "brew" in str(err.value)
+
+
+def test_every_engine_has_an_install_hint_per_backend_and_a_failed_import_gives_it():
+    assert {k: len(v) for k, v in INSTALL.items()} == {k: len(v) for k, v in ENGINE_NEEDS.items()}
+    with pytest.raises(StartupError) as err:
+        with engines.importing("tts", "voxcpm2", backend=1):
+            import no_such_package_xyz  # noqa: F401
+    message = str(err.value)
+    assert message.startswith("voxcpm2 is not installed (No module named 'no_such_package_xyz')")
+    assert message.endswith(INSTALL[("tts", "voxcpm2")][1]) and "\n" not in message
 
 
 # --- MT: CTranslate2 on a tiny random NLLB -----------------------------------------------------

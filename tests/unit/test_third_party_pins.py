@@ -553,9 +553,7 @@ class PrivateApi:
 PRIVATE_APIS: tuple[PrivateApi, ...] = (
     PrivateApi(
         ("sounddevice",), "sounddevice._terminate() / _initialize()",
-        (("actors/capture.py", "sd._terminate()"), ("actors/capture.py", "sd._initialize()"),
-         ("actors/player.py", "self.sd._terminate()"),
-         ("actors/player.py", "self.sd._initialize()")),
+        (("actors/devices.py", "sd._terminate()"), ("actors/devices.py", "sd._initialize()")),
         check_sounddevice_reinit, verified={"sounddevice": "0.5.6"},
         public="none (PortAudio re-scans devices only on Pa_Initialize)"),
     PrivateApi(

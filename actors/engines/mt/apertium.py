@@ -16,12 +16,10 @@ from pydantic import Field
 
 from voxweft.actors.engines.mt import MtEngine
 from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.actors.settings.manifest import INSTALL
 
-_APERTIUM_MISSING = (
-    "the apertium program is not installed: install the Debian/Ubuntu packages `apertium "
-    "apertium-eng-spa` (apt-get install apertium apertium-eng-spa; also apertium-eng-cat, "
-    "apertium-fr-es) or on macOS `brew install apertium` plus the language data"
-)
+_APERTIUM_MISSING = ("the apertium program is not installed; install it: "
+                     f"{INSTALL[('mt', 'apertium')][0]}")
 
 
 def apertium_modes_dir() -> Path | None:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from voxweft.actors.engines import models
+from voxweft.actors.engines import importing, models
 from voxweft.actors.engines.mt import MtEngine
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import Settings, StartupError
@@ -113,11 +113,8 @@ class CTranslate2Engine(MtEngine):
 
     def load(self) -> None:
         """Open the model and its tokenizer(s)."""
-        try:
+        with importing("mt", "ctranslate2"):
             import ctranslate2
-        except ImportError as exc:
-            raise StartupError(f"ctranslate2 is not installed ({exc}); run "
-                               "`pip install ctranslate2`") from None
         if not self.folder.is_dir():
             raise StartupError(models.not_fetched(self.folder))
         if not (self.folder / "model.bin").is_file():

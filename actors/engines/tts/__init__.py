@@ -24,6 +24,7 @@ from pydantic import Field
 
 from voxweft.actors.engines.resources import Resources
 from voxweft.actors.settings.base import Settings, StartupError
+from voxweft.actors.settings.manifest import INSTALL
 
 log = logging.getLogger("voxweft.tts")   # the TTS engines' logger
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
@@ -35,10 +36,7 @@ SHORT_WORD = 3  # a piece cut by length does not end on a word this short (it le
 MID_CLAUSE_TAIL_S = 0.04   # silence kept after a chunk cut between two words of a clause
 _DEFAULT_MAX_CHARS = 200
 
-_ESPEAK_MISSING = (
-    "espeak-ng not found on PATH: install the Debian/Ubuntu package `espeak-ng` "
-    "(apt-get install espeak-ng) or the Homebrew package `espeak-ng` (brew install espeak-ng)"
-)
+_ESPEAK_MISSING = f"espeak-ng not found on PATH; install it: {INSTALL[('tts', 'espeak')][0]}"
 
 
 def split_clauses(text: str, max_chars: int = _DEFAULT_MAX_CHARS) -> list[str]:
@@ -278,3 +276,12 @@ class TtsEngine(Resources, abc.ABC):
                 f"{self.name}: language {lang!r} not supported; use one of "
                 f"{sorted(self.languages())}"
             )
+
+    def _ready(self, lang: str, loaded: object, call: str = "synthesize") -> None:
+        """Refuse a language it does not speak, and a `call` before load() (`loaded` is None).
+
+        What every engine checks first when asked to speak: one copy, one wording.
+        """
+        self._check_lang(lang)
+        if loaded is None:
+            raise RuntimeError(f"{type(self).__name__}.load() must be called before {call}()")

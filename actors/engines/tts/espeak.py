@@ -66,9 +66,7 @@ class EspeakEngine(TtsEngine):
     def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
                    voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
-        self._check_lang(lang)
-        if self._exe is None:
-            raise RuntimeError("EspeakEngine.load() must be called before synthesize()")
+        self._ready(lang, self._exe)
         return self._clauses(text, lang, speed)
 
     def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:

