@@ -21,7 +21,7 @@ window (the segmenter's 32 ms VAD windows), and the segmenter by timing (the flo
   (else the line, falling on, would catch up with the talker's flat level and follow it).
 
 Level alone would make the interpreter deaf to anyone quieter than the first voice. Who is
-speaking is decided by the floor (``actors.vad.UtteranceSegmenter`` keeps it with this
+speaking is decided by the floor (``actors.floor``: the segmenter keeps it with this
 gate's timings): quieter speech is held back, not thrown away, and it is refused only when the
 voice that holds the floor is heard again soon (a talker under the speaker, overlapping or
 between their sentences). Quieter speech that goes on for ``floor_take_ms`` (of speech)

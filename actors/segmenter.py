@@ -9,16 +9,16 @@ import numpy as np
 
 from voxweft.actors.gate import LevelGate
 from voxweft.actors.runtime import Actor
-from voxweft.actors.vad import (
-    SileroVad,
+from voxweft.actors.segmenting import UtteranceSegmenter
+from voxweft.actors.utterance import (
     SpeechDiscarded,
     SpeechRejected,
     SpeechStarted,
     UtteranceEnded,
     UtteranceGrowing,
     UtterancePaused,
-    UtteranceSegmenter,
 )
+from voxweft.actors.vad import SileroVad
 from voxweft.protocol.messages import (
     BUS_RATE,
     AudioFrame,

@@ -14,7 +14,7 @@ from voxweft.actors.settings.base import Between, Port, Settings
 ACTOR_NAMES = ("capture", "segmenter", "asr", "mt", "tts", "player")
 
 class VadKnobs(Settings):
-    """The segmenter's tuning (actors.vad.UtteranceSegmenter), declared once.
+    """The segmenter's tuning (actors.segmenting.UtteranceSegmenter), declared once.
 
     The topology's `[actors.segmenter]` table and the segmenter itself both check them here.
     """
@@ -197,7 +197,8 @@ class PlayerConfig(ActorConfig):
     sink: Literal["device", "wav"] = "device"
     path: str = ""               # the WAV file, when sink = "wav"
     device: str = ""             # output device name or index; "" = system default
-    # WAV sink rate (None: the tts engine's own, so nothing is lost); others are resampled
+    # WAV sink rate (None: the rate of the first chunk, which each carries: nothing is
+    # resampled); chunks at another rate are resampled to it
     sample_rate: int | None = Between(8000, 192000, None)
     gap_timeout_ms: int = Between(100, 60000, 2000)  # give up on a missing chunk after this
     jitter_ms: int = Between(0, 2000, 60)   # device: start (or resume after an underrun) with this

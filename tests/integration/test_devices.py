@@ -21,8 +21,8 @@ import soundfile as sf
 from tests.conftest import ROOT, corpus_clips, local_topology, read_16k
 from tests.integration.conftest import FakeUpstream, start_actor
 from tests.pulse import DEVICE, MONITOR, pulse  # noqa: F401  (pytest fixture)
-from voxweft.actors.capture import MicrophoneSource
 from voxweft.actors.player import PlayerActor
+from voxweft.actors.sources import MicrophoneSource
 from voxweft.deploy.topology import load
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.codec import decode, encode

@@ -13,14 +13,10 @@ import pytest
 
 from tests.conftest import corpus_clips, read_16k
 from voxweft.actors.gate import LevelGate
-from voxweft.actors.settings.actors import SegmenterActorConfig
-from voxweft.actors.vad import (
-    SegmenterConfig,
-    SileroVad,
-    SpeechRejected,
-    UtteranceEnded,
-    UtteranceSegmenter,
-)
+from voxweft.actors.segmenting import UtteranceSegmenter
+from voxweft.actors.settings.actors import SegmenterActorConfig, SegmenterConfig
+from voxweft.actors.utterance import SpeechRejected, UtteranceEnded
+from voxweft.actors.vad import SileroVad
 from voxweft.protocol.messages import BUS_RATE
 from voxweft.tools.bench import metrics, room
 

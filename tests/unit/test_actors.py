@@ -10,10 +10,11 @@ import soundfile as sf
 
 from tests.conftest import corpus_clips, read_16k
 from tests.unit.helpers import run_actor
-from voxweft.actors.capture import CaptureActor, FileSource
+from voxweft.actors.capture import CaptureActor
 from voxweft.actors.player import PlayerActor, Utterance
 from voxweft.actors.segmenter import SegmenterActor
 from voxweft.actors.settings.base import StartupError
+from voxweft.actors.sources import FileSource
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import (
     BUS_RATE,

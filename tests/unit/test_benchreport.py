@@ -1,4 +1,4 @@
-"""tools/benchreport.py: Markdown, plots and comparison of bench reports."""
+"""tools/bench/report*.py: Markdown, plots and comparison of bench reports."""
 
 import copy
 import json
@@ -6,6 +6,9 @@ import json
 import pytest
 
 from voxweft.tools.bench import report as br
+from voxweft.tools.bench.reportcompare import REGRESSION, compare
+from voxweft.tools.bench.reportformat import fmt
+from voxweft.tools.bench.reportplots import plot_soak, plot_timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STAGES = ["endpointing", "hop_segmenter_asr", "asr_queue", "asr", "hop_asr_mt", "mt",
@@ -220,19 +223,19 @@ def _png_ok(path):
 
 def test_plot_timeline_writes_png(tmp_path):
     path = tmp_path / "timeline.png"
-    br.plot_timeline(sample_report(), path)
+    plot_timeline(sample_report(), path)
     assert _png_ok(path)
     empty = tmp_path / "empty.png"
-    br.plot_timeline({"utterances": None}, empty)
+    plot_timeline({"utterances": None}, empty)
     assert _png_ok(empty)
 
 
 def test_plot_soak_writes_png(tmp_path):
     path = tmp_path / "soak.png"
-    br.plot_soak(sample_report(), path)
+    plot_soak(sample_report(), path)
     assert _png_ok(path)
     empty = tmp_path / "nosoak.png"
-    br.plot_soak({"soak": None}, empty)
+    plot_soak({"soak": None}, empty)
     assert _png_ok(empty)
 
 
@@ -247,8 +250,8 @@ def _line(text, prefix):
 
 def test_compare_identical_has_no_regression():
     r = sample_report()
-    text = br.compare(r, copy.deepcopy(r))
-    assert br.REGRESSION not in text and "warning" not in text
+    text = compare(r, copy.deepcopy(r))
+    assert REGRESSION not in text and "warning" not in text
     assert text.rstrip().endswith("0 regression(s)")
     assert _line(text, "latency speech_end_to_first_audio_s p50:") == (
         "latency speech_end_to_first_audio_s p50: 0.8730 -> 0.8730 (+0.0000, +0.0 %)")
@@ -265,18 +268,18 @@ def test_compare_flags_regressions():
     new["resources"]["tts"]["cpu_s"] = 10.0                           # better
     new["spoken"]["share"] = 0.95                                     # less spoken
     new["spoken"]["tts_cpu_per_source_s"] = 1.1                       # +4.5 %, within 10 %
-    text = br.compare(old, new)
+    text = compare(old, new)
     line = _line(text, "latency speech_end_to_first_audio_s p50:")
     assert line.startswith("latency speech_end_to_first_audio_s p50: 0.8730 -> 1.0476 "
-                           "(+0.1746, +20.0 %)") and br.REGRESSION in line
-    assert br.REGRESSION not in _line(text, "stage asr p50:")
-    assert br.REGRESSION in _line(text, "bus tcp flood p99_ms:")
-    assert br.REGRESSION in _line(text, "quality mt chrf:")
-    assert br.REGRESSION not in _line(text, "quality asr wer:")
-    assert br.REGRESSION in _line(text, "resources asr peak_rss_mb:")
-    assert br.REGRESSION not in _line(text, "resources tts cpu_s:")
-    assert br.REGRESSION in _line(text, "spoken share:")
-    assert br.REGRESSION not in _line(text, "spoken tts_cpu_per_source_s:")
+                           "(+0.1746, +20.0 %)") and REGRESSION in line
+    assert REGRESSION not in _line(text, "stage asr p50:")
+    assert REGRESSION in _line(text, "bus tcp flood p99_ms:")
+    assert REGRESSION in _line(text, "quality mt chrf:")
+    assert REGRESSION not in _line(text, "quality asr wer:")
+    assert REGRESSION in _line(text, "resources asr peak_rss_mb:")
+    assert REGRESSION not in _line(text, "resources tts cpu_s:")
+    assert REGRESSION in _line(text, "spoken share:")
+    assert REGRESSION not in _line(text, "spoken tts_cpu_per_source_s:")
     assert text.rstrip().endswith("5 regression(s)")
 
 
@@ -288,23 +291,23 @@ def test_compare_missing_keys_and_other_schema():
     new["resources"]["mt"] = {"peak_rss_mb": 250.0, "cpu_s": 3.0}
     old["schema"] = "voxweft-bench/0"
     del old["floor"]
-    text = br.compare(old, new)
+    text = compare(old, new)
     assert text.startswith("warning: schema old 'voxweft-bench/0', new 'voxweft-bench/2'")
     assert _line(text, "stage player_wait p50:").endswith("(missing)")
     assert _line(text, "bus ipc realtime p99_ms:") == (
         "bus ipc realtime p99_ms: 0.4200 -> - (missing)")
     assert _line(text, "floor ratio_p50:") == "floor ratio_p50: - -> 1.5870 (missing)"
     assert "resources mt peak_rss_mb: - -> 250.0000 (missing)" in text
-    assert br.compare({}, {}).startswith("warning")
-    assert br.compare(None, {"latency": {"stages_s": None}}).rstrip().endswith("0 regression(s)")
+    assert compare({}, {}).startswith("warning")
+    assert compare(None, {"latency": {"stages_s": None}}).rstrip().endswith("0 regression(s)")
 
 
 def test_compare_zero_old_value():
     old, new = sample_report(), sample_report()
     old["latency"]["stages_s"]["asr_queue"]["p50"] = 0.0
     new["latency"]["stages_s"]["asr_queue"]["p50"] = 0.01
-    line = _line(br.compare(old, new), "stage asr_queue p50:")
-    assert "n/a %" in line and br.REGRESSION in line
+    line = _line(compare(old, new), "stage asr_queue p50:")
+    assert "n/a %" in line and REGRESSION in line
 
 
 def test_main_prints_markdown_and_comparison(tmp_path, capsys):
@@ -320,4 +323,4 @@ def test_main_prints_markdown_and_comparison(tmp_path, capsys):
 @pytest.mark.parametrize("value, text", [(None, "-"), (True, "yes"), (3, "3"), (0.12345, "0.123"),
                                          ("a|b", "a/b"), ([1, None], "1, -")])
 def test_fmt(value, text):
-    assert br._fmt(value) == text
+    assert fmt(value) == text

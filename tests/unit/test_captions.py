@@ -372,7 +372,7 @@ def test_the_token_comes_from_a_file_or_the_environment_not_the_command_line(tmp
 
 def test_up_captions_is_a_supervised_program_with_its_token_out_of_sight(tmp_path, topology):
     from voxweft.deploy.supervisor import CaptionsProgram, Supervisor, render
-    from voxweft.tools.cli import CAPTIONS_COMMAND
+    from voxweft.tools.cli_common import CAPTIONS_COMMAND
 
     conf = render(topology, "local", tmp_path,
                   CaptionsProgram(CAPTIONS_COMMAND, "192.168.1.20", 8751, "tok"))
@@ -398,11 +398,11 @@ def test_the_page_needs_nothing_from_the_internet():
 def test_a_page_bound_beyond_loopback_gets_a_token_on_loopback_none():
     from argparse import Namespace
 
-    from voxweft.tools.cli import _captions_program
+    from voxweft.tools.cli_common import captions_program
 
-    lan = _captions_program(Namespace(captions=True, captions_bind="192.168.1.20",
+    lan = captions_program(Namespace(captions=True, captions_bind="192.168.1.20",
                                       captions_port=8750))
-    local = _captions_program(Namespace(captions=True, captions_bind="127.0.0.1",
+    local = captions_program(Namespace(captions=True, captions_bind="127.0.0.1",
                                         captions_port=8750))
     assert len(lan.token) >= 20 and local.token == ""
-    assert _captions_program(Namespace(captions=False)) is None
+    assert captions_program(Namespace(captions=False)) is None

@@ -168,8 +168,8 @@ def test_cli_doctor_prints_json():
 
 @pytest.mark.parametrize("argv", [["doctor", "--measure", "--topology", "x.toml"]])
 def test_cli_parses_the_doctor_options(argv):
-    from voxweft.tools import cli
+    from voxweft.tools import cli, cli_machine
 
     args = cli.build_parser().parse_args(argv)
     assert (args.measure, args.json, args.topology, args.fn) == (True, False, ["x.toml"],
-                                                                  cli.cmd_doctor)
+                                                                  cli_machine.cmd_doctor)

@@ -94,22 +94,22 @@ def test_the_m2_validates_without_the_ultras_engines():
 
 def test_the_m2s_commands_actor_and_supervisord_config_import_no_ultra_engine():
     # `up` (load, then render with each actor's engine_env), `status`/`down`/`watch`
-    # (_supervisor: not running here), `tap` (_tap_topology), an actor process (--host).
+    # (running_supervisor: not running here), `tap` (tap_topology), an actor process (--host).
     code = f"""
 import argparse
 from pathlib import Path
 import voxweft.actors.runtime
 from voxweft.deploy.supervisor import SupervisorError, render
 from voxweft.deploy.topology import load
-from voxweft.tools import cli
+from voxweft.tools import cli_common
 
 args = argparse.Namespace(topology={str(TWO)!r}, host="m2", run_dir=None)
 result["conf"] = render(load(args.topology, args.host), "m2", Path("."))
 try:
-    cli._supervisor(args)
+    cli_common.running_supervisor(args)
 except SupervisorError as exc:
     result["supervisor"] = str(exc)
-result["tap"] = cli._tap_topology(args).for_host
+result["tap"] = cli_common.tap_topology(args).for_host
 voxweft.actors.runtime.Runtime.run = lambda self: 0   # built, not run: no socket is bound
 from voxweft.actors.__main__ import run
 result["actor"] = run(["--topology", args.topology, "--host", "m2", "--actor", "asr"])

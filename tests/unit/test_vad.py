@@ -1,4 +1,5 @@
-"""Tests for actors.vad with the real Silero v6 model on real speech (LJ Speech clips).
+"""Tests for actors.vad and actors.segmenting with the real Silero v6 model on real speech
+(LJ Speech clips).
 
 Streams are built from 16 kHz resampled clips separated by digital silence and fed in 320-sample
 (20 ms) frames, as the audio capture actor does. A scripted VAD stands in for the model only
@@ -18,20 +19,17 @@ import soxr
 from faster_whisper.vad import SileroVADModel
 
 from tests.conftest import CORPUS
-from voxweft.actors.vad import (
-    RECHECKS,
-    SPLIT_LOOKBACK_S,
-    WINDOW_SAMPLES,
-    SegmenterConfig,
-    SileroVad,
+from voxweft.actors.segmenting import RECHECKS, SPLIT_LOOKBACK_S, UtteranceSegmenter
+from voxweft.actors.settings.actors import SegmenterConfig
+from voxweft.actors.utterance import (
     SpeechDiscarded,
     SpeechStarted,
     Utterance,
     UtteranceEnded,
     UtteranceGrowing,
     UtterancePaused,
-    UtteranceSegmenter,
 )
+from voxweft.actors.vad import WINDOW_SAMPLES, SileroVad
 from voxweft.protocol.messages import BUS_RATE
 
 FRAME = 320  # 20 ms at 16 kHz

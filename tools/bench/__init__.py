@@ -1,8 +1,9 @@
 """`voxweft bench`: the pipeline measured on a corpus, with its figures and report.
 
 Modules: the run (run), its in-process floor (floor), the figures (metrics), the report
-(report) and the bus alone (busbench); `corpus/` holds the five public-domain LJ Speech clips
-it uses by default.
+(report: its Markdown; its plots, reportplots; two compared, reportcompare; what these share,
+reportformat; its files, reportfiles) and the bus alone (busbench); `corpus/` holds the five
+public-domain LJ Speech clips it uses by default.
 """
 
 from pathlib import Path

@@ -1,8 +1,8 @@
 """A bench report's files: written at the end of a run, read back to compare two runs.
 
 `report.json` is the report itself; `report.md`, `timeline.png` and `soak.png` are rendered
-from it (`report`). BenchError lives here, the lowest bench module that raises it (a report
-that cannot be read), so that `voxweft bench` catches one error for every step.
+from it (`report`, `reportplots`). BenchError lives here, the lowest bench module that raises
+it (a report that cannot be read), so that `voxweft bench` catches one error for every step.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from voxweft.tools.bench import report as benchreport
+from voxweft.tools.bench.reportplots import plot_soak, plot_timeline
 
 
 class BenchError(Exception):
@@ -27,9 +28,9 @@ def write(report: dict, out: Path) -> None:
     (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False,
                                                 default=_plain))
     (out / "report.md").write_text(benchreport.markdown(report), encoding="utf-8")
-    benchreport.plot_timeline(report, out / "timeline.png")
+    plot_timeline(report, out / "timeline.png")
     if report.get("soak"):
-        benchreport.plot_soak(report, out / "soak.png")
+        plot_soak(report, out / "soak.png")
 
 
 def _plain(value):

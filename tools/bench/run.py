@@ -44,8 +44,8 @@ from voxweft.protocol.messages import (
     VadEvent,
 )
 from voxweft.tools.bench import readers, room, terms
-from voxweft.tools.bench.report import SCHEMA
 from voxweft.tools.bench.reportfiles import BenchError, write
+from voxweft.tools.bench.reportformat import SCHEMA
 from voxweft.tools.bench.score import analyse
 from voxweft.tools.interpret import Collector, file_topology, run_supervised
 
