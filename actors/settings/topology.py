@@ -16,11 +16,10 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any
 
 import tomli_w
 from pydantic import (
-    BaseModel,
     Field,
     ValidationError,
     create_model,
@@ -31,7 +30,8 @@ from pydantic import (
 from voxweft.actors.glossary import Glossary, GlossaryError
 from voxweft.actors.settings import manifest
 from voxweft.actors.settings.actors import ACTOR_NAMES, CONFIG_TYPES, ActorConfig, EngineConfig
-from voxweft.actors.settings.base import Settings, describe
+from voxweft.actors.settings.base import Settings
+from voxweft.actors.settings.errors import FileErrors
 from voxweft.protocol import security
 
 #: check_engine(stage, config, where, here): construct (not load) the actor's engine when it
@@ -408,59 +408,8 @@ class TopologyFile(Settings):
         return self
 
 
-#: The tables of a topology file, in the order their errors are reported.
-TOP_KEYS = tuple(TopologyFile.model_fields)
-
-
-def _table_of(loc: tuple) -> tuple[type[BaseModel], int]:
-    """The innermost table (model) on the way to `loc`, and how many parts of it lead there."""
-    model, length, annotation = TopologyFile, 0, TopologyFile
-    for i, part in enumerate(loc):
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            declared = annotation.model_fields.get(str(part))
-            annotation = declared.annotation if declared is not None else None
-        elif get_origin(annotation) is dict:
-            annotation = get_args(annotation)[1]   # an entry of a table of tables
-        else:
-            break
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model, length = annotation, i + 1
-    return model, length
-
-
-def _unknown_table(error: dict) -> bool:
-    """An unknown key of the file or of [actors]: a misspelt table (which one is then missing)."""
-    return (error["type"] == "extra_forbidden"
-            and _table_of(error["loc"][:-1])[0] in (TopologyFile, ActorTables))
-
-
-def _rank(error: dict) -> tuple[int, int]:
-    """Where an error comes in the file: its unknown tables first, then table by table.
-
-    pydantic reports unknown keys after the fields; a misspelt table would then read as a
-    missing one, so an unknown table comes before the errors of the table it is in.
-    """
-    loc, unknown = error["loc"], _unknown_table(error)
-    if unknown and len(loc) == 1:
-        return 0, 0
-    return (TOP_KEYS.index(loc[0]) + 1 if loc else len(TOP_KEYS) + 1), (0 if unknown else 1)
-
-
-def _line(source: str, errors: list[dict]) -> str:
-    """The first error (see _rank), as one line naming the file and the key."""
-    error = min(errors, key=_rank)
-    loc, kind = tuple(error["loc"]), error["type"]
-    if kind == "missing":          # only the actors' tables have no default
-        return f"{source}: missing table [{'.'.join(loc)}]"
-    model, length = _table_of(loc[:-1] if kind == "extra_forbidden" else loc)
-    # A table where a model is (pipeline, hosts.NAME, actors, actors.NAME) or a top-level one
-    if kind in ("model_type", "dict_type") and (length == len(loc) or len(loc) == 1):
-        return f"{source}: {'.'.join(loc)} = {error.get('input')!r:.40} must be a table"
-    text = describe(model, {**error, "loc": loc[length:]})
-    if not length:                 # a rule of the file: its line names the key
-        return f"{source}: {text}"
-    where = f"{source}: {'.'.join(str(part) for part in loc[:length])}"
-    return f"{where}{': ' if text.startswith('unknown key') else '.'}{text}"
+#: Errors of a topology file as one line naming the file and the key.
+ERRORS = FileErrors(TopologyFile, (TopologyFile, ActorTables))
 
 
 def parse(raw: dict, source: str = "<topology>", host: str | None = None,
@@ -474,7 +423,7 @@ def parse(raw: dict, source: str = "<topology>", host: str | None = None,
     try:
         checked = TopologyFile.model_validate(raw, context={"host": host})
     except ValidationError as exc:
-        raise TopologyError(_line(source, exc.errors())) from None
+        raise TopologyError(ERRORS.line(source, exc.errors())) from None
     pipeline = checked.pipeline
     actors: dict[str, ActorConfig] = {name: getattr(checked.actors, name) for name in ACTOR_NAMES}
     for name, config in actors.items():
