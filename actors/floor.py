@@ -5,8 +5,10 @@
 window through the gate before the segmenter's state machine sees it: speech the gate does
 not pass is silence to the state machine and is held back (:class:`_Held`), audio and all,
 until what comes next decides whose it is: the holder heard again (it was under them:
-rejected, or their own soft first word), or nobody taking the floor back (it took the
-floor: segmented from its first window). The rules are in ``UtteranceSegmenter``'s docstring.
+rejected, or their own soft first word), nobody taking the floor back (it took the
+floor: segmented from its first window), or quiet after a short word right after the holder
+(their soft last word: segmented, the level still theirs). The rules are in
+``UtteranceSegmenter``'s docstring.
 """
 
 from __future__ import annotations
@@ -158,7 +160,26 @@ class Floor:
             for start, p in held.windows:
                 self._step(start, p, events)
             return None
+        if held is not None and settled and not self._in_speech and \
+                self._soft_end(held, window_end):
+            # The holder's own soft last word: segmented, and the level stays the holder's.
+            self._held = None
+            for start, p in held.windows:
+                self._step(start, p, events)
+            return None
         return prob
+
+    def _soft_end(self, held: _Held, now: int) -> bool:
+        """Held-back speech that is the holder's soft last word, by its timing in a quiet room.
+
+        A word at most ``soft_onset_ms`` long, begun within ``soft_onset_ms`` of the holder's
+        last speech, then ``soft_onset_ms`` of quiet: the mirror of a soft first word. A voice
+        under the holder's words makes the room loud (``quiet_room``), and one between their
+        sentences either goes on longer or has the holder back before the quiet is out.
+        """
+        gate, soft = self._gate, self._gate.soft_onset_ms * BUS_RATE // 1000
+        return (gate.quiet_room and held.quiet_before <= soft and
+                self._min_speech <= held.end - held.start <= soft and now - held.end >= soft)
 
     def _unhold_holder(self, held: _Held, now: int) -> None:
         """The holder is back at `now`: their first windows, held for a low envelope, are theirs.

@@ -29,15 +29,18 @@ without the holder, or with nobody speaking for ``floor_free_ms`` before and aft
 question from the floor), took the floor: it is interpreted from its first window and its
 level becomes the speaker's (:meth:`adopt`); a louder voice later takes the floor back at
 once (it passes). A short quieter stretch after a pause that runs straight into the
-holder's speech (a soft first word, at most ``soft_onset_ms``) is the holder's own.
+holder's speech (a soft first word, at most ``soft_onset_ms``) is the holder's own, and so
+is its mirror: as short a stretch begun within ``soft_onset_ms`` of the holder's last speech,
+with as long a quiet after it (their soft last word).
 
-The soft first word is a lone speaker's: with a talker under the speaker, their lead-in looks
-just like it. A talker (or loud noise) shows under the speaker's own words: the quiet between
-their words does not fall. So it is given only when the room is quiet (:attr:`quiet_room`):
-the ``ROOM_PERCENTILE``-th percentile of the window levels inside the holder's utterances,
-over the last ``ROOM_WINDOWS``, is at least ``QUIET_ROOM_DB`` under their level. The fade is
-given in every room: a recording whose own noise is 20 dB under its reader is never a quiet
-room, and refusing its fades lost their last words (docs/room.md).
+The soft first word (and the soft last one) is a lone speaker's: with a talker under the
+speaker, their lead-in looks just like it. A talker (or loud noise) shows under the
+speaker's own words: the quiet between their words does not fall. So it is given only when
+the room is quiet (:attr:`quiet_room`): the ``ROOM_PERCENTILE``-th percentile of the window
+levels inside the holder's utterances, over the last ``ROOM_WINDOWS``, is at least
+``QUIET_ROOM_DB`` under their level. The fade is given in every room: a recording whose own
+noise is 20 dB under its reader is never a quiet room, and refusing its fades lost their
+last words (docs/room.md).
 
 Until ``learn_windows`` of speech have been heard (half a second) the gate lets everything
 through: the first voice at the microphone is taken to be the speaker's. A louder voice later

@@ -72,7 +72,9 @@ class UtteranceSegmenter(Floor):
     speech, or held-back speech with ``floor_free_ms`` without speech before and after it (a
     question from the floor; not a voice that went on as the holder stopped), took
     the floor: the gate adopts its level and it is segmented as if it had passed from the
-    start (its events come late by that much).
+    start (its events come late by that much). In a quiet room a short word right after the
+    holder's speech, then quiet, is their soft last word: segmented the same way, and the
+    level stays theirs (``Floor._soft_end``).
 
     Memory: only the pre-roll ring (idle) or the open utterance, plus less than one VAD window
     and the frame being pushed, is held.

@@ -18,7 +18,7 @@ from voxweft.actors.settings.actors import SegmenterActorConfig, SegmenterConfig
 from voxweft.actors.utterance import SpeechRejected, UtteranceEnded
 from voxweft.actors.vad import SileroVad
 from voxweft.protocol.messages import BUS_RATE
-from voxweft.tools.bench import metrics, room
+from voxweft.tools.bench import metrics, readers, room
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -173,6 +173,36 @@ def test_a_sentence_fading_by_15_db_is_kept(vad, clips, whisper):
     words = metrics.normalize_text(text).split()
     ref = metrics.normalize_text(corpus_clips()[n].with_suffix(".txt").read_text()).split()
     assert words[-3:] == ref[-3:], (text, ref[-3:])
+
+
+def test_a_lone_readers_soft_last_word_after_a_pause_is_kept(vad, whisper):
+    """A real reader's last word, "us", 0.3 s after "faced" and 10 dB under her reading.
+
+    (The Harvard sentences, `tools/bench/corpus/voices`; found by `voxweft bench --room`,
+    "each reader alone".) The gate held it back as a voice between her sentences and, with
+    nobody taking the floor, refused it: "... four hours of steady work faced." A word this
+    short, this soon after the holder, then quiet, in a quiet room, is the holder's own.
+    """
+    reading = read_16k(readers.VOICES / "harvard-woman" / "harvard-woman.wav")
+    stream = np.concatenate([silence(0.5), reading, silence(1.5)])
+    gated, rejected = segment(vad, stream, _gate())
+    assert not rejected, rejected
+    text = " ".join(whisper.transcribe(u.pcm, "en") for u in gated)
+    # (the utterance before it ends on the word's first 0.1 s: Whisper says "faced up.")
+    assert metrics.normalize_text(text).split()[-1] == "us", text
+
+
+def test_a_talkers_word_in_the_speakers_pause_is_still_refused(vad, clips, talker):
+    """The same timing from someone else: a short word of the talker 0.3 s after the speaker's
+    sentence, 10 dB under, and the speaker on again 0.4 s later: under them, refused."""
+    a, b = clips[1], clips[2]
+    word = under(talker[round(1.0 * BUS_RATE):round(1.45 * BUS_RATE)], a)
+    parts = [silence(0.5), a, silence(0.3), word, silence(0.4), b, silence(1.0)]
+    stream = np.concatenate(parts)
+    t0 = sum(map(len, parts[:3]))
+    gated, rejected = segment(vad, stream, _gate())
+    assert inside(gated, t0, t0 + len(word)) < 0.1 * BUS_RATE, rejected
+    assert rejected
 
 
 def test_a_talker_behind_the_speaker_is_cut_from_the_utterance_ends(vad, clips, talker):
