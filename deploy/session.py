@@ -48,11 +48,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 def unblock_stop_signals() -> None:
     """Let SIGINT, SIGTERM and SIGHUP through to this process and whatever it starts.
 
-    A signal mask is inherited through fork and exec: started by a runner that blocks them
-    (a CI runner did), `voxweft`, its supervisord and parec-like helpers would never see a
-    stop, and a stop would wait out every timeout. Call before any thread starts (a thread
-    takes the mask of the one that made it). An *ignored* SIGINT (a script's background
-    job) stays ignored: that one is the shell's choice, not an accident.
+    A signal mask is inherited through fork and exec: started by a process that blocks them
+    (a test run did, for its whole length), `voxweft`, its supervisord and its actors' helpers
+    would never see a stop, and a stop would wait out every timeout. Call before any thread
+    starts (a thread takes the mask of the one that made it). An *ignored* SIGINT (a
+    script's background job) stays ignored: that one is the shell's choice, not an accident.
     """
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, signal.SIGINT})
 

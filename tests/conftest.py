@@ -18,17 +18,31 @@ from voxweft.tools.bench import DEFAULT_CORPUS
 ROOT = Path(__file__).resolve().parents[1]
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 def pytest_configure(config) -> None:
     """Whatever started the suite, the processes the tests start get a terminal's signals.
 
-    A signal mask and an ignored SIGINT pass to every child: a CI runner that blocked
-    SIGTERM and SIGINT left parec deaf to its stop (and, before `voxweft` unblocked them
-    itself, every `interpret` and `up --watch`); a script's background job ignores SIGINT,
-    and the tests send it as Ctrl-C in a terminal would.
+    A signal mask and an ignored SIGINT pass to every child: a script's background job
+    ignores SIGINT, and the tests send it as Ctrl-C in a terminal would.
     """
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_unblocked():
+    """Each test starts with SIGINT, SIGTERM and SIGHUP unblocked in this process.
+
+    `voxweft.actors.__main__` blocks SIGTERM and SIGINT when imported (an actor's signal
+    thread takes them); a test module that imported it at collection blocked them for the
+    rest of the run, and every process a test started inherited the mask: parec ignored its
+    terminate, and `interpret`, `bench` and `up --watch` their stop (CI, twice).
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    yield
 CORPUS = DEFAULT_CORPUS   # the five LJ Speech clips the repository carries
 VOXWEFT = [sys.executable, "-m", "voxweft.tools.cli"]
 #: Sentences with three of the bench glossary's names (tools/bench/terms), read by piper in

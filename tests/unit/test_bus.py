@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from voxweft.actors.__main__ import actor_class
+from voxweft.actors import actor_class
 from voxweft.deploy.topology import load
 from voxweft.protocol import bus
 from voxweft.protocol.messages import REGISTRY, Status, Transcript, Voice

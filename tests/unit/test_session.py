@@ -129,8 +129,8 @@ def test_a_pipeline_that_does_not_fit_is_not_started(fakes, tmp_path, monkeypatc
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_reaches_voxweft_even_when_its_starter_blocked_it(tmp_path, signum):
-    """A CI runner blocked SIGTERM and SIGINT: the mask passes through exec, and `interpret`,
-    `bench` and `up --watch` sat out their stop (and so did the supervisord they start)."""
+    """Started with SIGTERM and SIGINT blocked (CI's test run had them blocked), the mask
+    passes through exec: `interpret`, `bench` and `up --watch` sat out their stop."""
     blocked = ("import os, signal, sys\n"
                "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
                "os.execv(sys.executable, [sys.executable, '-m', 'voxweft.tools.cli', 'tap',"

@@ -357,7 +357,7 @@ def test_time_stretch_keeps_the_pitch():
 
 
 def test_only_a_tts_that_speaks_in_the_speakers_voice_hears_the_speaker(tiny):
-    from voxweft.actors.__main__ import actor_class
+    from voxweft.actors import actor_class
 
     raw = copy.deepcopy(load(None).raw)
     for engine, settings, wants in (("kokoro", {}, False),
