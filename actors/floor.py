@@ -13,6 +13,7 @@ floor: segmented from its first window), or quiet after a short word right after
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,9 +94,7 @@ class Floor:
     _voice_end: int | None
     _onset: int | None
 
-    def _step(self, window_start: int, prob: float, events: list[Event]) -> None:
-        """The segmenter's state machine, one window on."""
-        raise NotImplementedError
+    _step: Callable[[int, float, list[Event]], None]   # the segmenter's state machine
 
     def _judge(self, window_start: int, window_end: int, prob: float,
                events: list[Event]) -> float | None:
