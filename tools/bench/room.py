@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voxweft.actors.loudness import active_rms
 from voxweft.protocol.messages import BUS_RATE
 from voxweft.tools.bench import metrics as benchmetrics
 
@@ -126,16 +127,6 @@ def condition_entry(cond: Condition) -> dict:
 def rms(x: np.ndarray) -> float:
     """Root mean square (0 for nothing)."""
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if len(x) else 0.0
-
-
-def active_rms(speech: np.ndarray, frame_s: float = 0.02, range_db: float = 30.0) -> float:
-    """The speech's level where it speaks: RMS of the frames within `range_db` of the loudest."""
-    n = int(frame_s * BUS_RATE)
-    frames = speech[:len(speech) // n * n].reshape(-1, n) if len(speech) >= n else \
-        speech.reshape(1, -1)
-    power = np.mean(np.square(frames, dtype=np.float64), axis=1)
-    loud = power >= power.max() * 10 ** (-range_db / 10)
-    return float(np.sqrt(power[loud].mean())) if power.max() > 0 else 0.0
 
 
 def white(n: int, rng: np.random.Generator) -> np.ndarray:
