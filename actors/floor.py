@@ -111,6 +111,8 @@ class Floor:
         # (it still holds the pause or the quieter voice before: the holder coming back).
         own = gate.window_db
         loud = gate.speaker_db is not None and own >= gate.speaker_db - gate.below_db
+        # As far over the holder as a talker is under them: someone else, not the holder back.
+        louder = gate.speaker_db is not None and own >= gate.speaker_db + gate.below_db
         held = self._held
         if speech:
             if quiet >= self._hangover:
@@ -141,6 +143,13 @@ class Floor:
                         window_start - held.end < self._hangover and \
                         held.end - held.start <= gate.soft_onset_ms * BUS_RATE // 1000:
                     self._soft_onset = held.start   # their own soft first word
+                elif louder and not self._in_speech and \
+                        self._soft_end(held, window_start, quiet_after=False):
+                    # The holder's soft last word, and a louder voice straight after it (a
+                    # new speaker without a pause): both are segmented, from the word on.
+                    for start, p in held.windows:
+                        self._step(start, p, events)
+                    return None
                 elif not self._in_speech or held.start < self._start:
                     self._reject(held, events)      # (inside their open utterance: kept)
         held = self._held
@@ -168,17 +177,19 @@ class Floor:
             return None
         return prob
 
-    def _soft_end(self, held: _Held, now: int) -> bool:
+    def _soft_end(self, held: _Held, now: int, quiet_after: bool = True) -> bool:
         """Held-back speech that is the holder's soft last word, by its timing in a quiet room.
 
         A word at most ``soft_onset_ms`` long, begun within ``soft_onset_ms`` of the holder's
-        last speech, then ``soft_onset_ms`` of quiet: the mirror of a soft first word. A voice
-        under the holder's words makes the room loud (``quiet_room``), and one between their
-        sentences either goes on longer or has the holder back before the quiet is out.
+        last speech, then ``soft_onset_ms`` of quiet (or, `quiet_after` False, a voice louder
+        than the holder at once): the mirror of a soft first word. A voice under the holder's
+        words makes the room loud (``quiet_room``), and one between their sentences either
+        goes on longer or has the holder back before the quiet is out.
         """
         gate, soft = self._gate, self._gate.soft_onset_ms * BUS_RATE // 1000
         return (gate.quiet_room and held.quiet_before <= soft and
-                self._min_speech <= held.end - held.start <= soft and now - held.end >= soft)
+                self._min_speech <= held.end - held.start <= soft and
+                (not quiet_after or now - held.end >= soft))
 
     def _unhold_holder(self, held: _Held, now: int) -> None:
         """The holder is back at `now`: their first windows, held for a low envelope, are theirs.

@@ -18,7 +18,8 @@ from voxweft.actors.settings.actors import SegmenterActorConfig, SegmenterConfig
 from voxweft.actors.utterance import SpeechRejected, UtteranceEnded
 from voxweft.actors.vad import SileroVad
 from voxweft.protocol.messages import BUS_RATE
-from voxweft.tools.bench import metrics, readers, room
+from voxweft.tools.bench import DEFAULT_CORPUS, metrics, readers, room
+from voxweft.tools.bench.run import corpus_items
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -190,6 +191,20 @@ def test_a_lone_readers_soft_last_word_after_a_pause_is_kept(vad, whisper):
     text = " ".join(whisper.transcribe(u.pcm, "en") for u in gated)
     # (the utterance before it ends on the word's first 0.1 s: Whisper says "faced up.")
     assert metrics.normalize_text(text).split()[-1] == "us", text
+
+
+@pytest.mark.parametrize("kind", ["readers", "readers-no-pause"])
+def test_nobody_on_the_room_benchs_panel_is_ignored(vad, tmp_path, kind):
+    """The bench's eight real readers in turn, 0 to -25 dB apart, 0.8 s or 0.1 s apart
+    (`voxweft bench --room`): none of their speech is refused. Without a pause the Harvard
+    reader's last word "us" (10 dB under her, 0.3 s after "faced") ran into the next reader,
+    15 dB louder, 0.1 s later: a louder voice is not the holder back, so it stays hers."""
+    cond = next(c for c in room.conditions() if c.kind == kind)
+    readers.build(corpus_items(DEFAULT_CORPUS, "pt"), tmp_path, [cond])
+    session = read_16k(tmp_path / f"people-2-{kind}.wav")
+    gated, rejected = segment(vad, session, _gate())
+    assert not rejected, rejected
+    assert len(gated) >= 8
 
 
 def test_a_talkers_word_in_the_speakers_pause_is_still_refused(vad, clips, talker):
