@@ -16,8 +16,11 @@ repository carries (`tools/bench/corpus/voices`, see its NOTICE.md) and the corp
 - `fading`: long sentences whose last `FADE_S` fade by `FADE_DB`;
 - `talker-real`: the LibriVox reader with another real person (`REAL_TALKERS`) `level_db`
   under them from `room.LEAD_S` before each clip to `room.TAIL_S` after it, as `room`'s
-  talker. The gate's timings were chosen on the corpus reader and piper's voice only: none
-  of these voices was used to tune anything.
+  talker;
+- `talker-held-out`: the same with three people no choice for the gate was made on
+  (`HELD_OUT`): the gate's timings were chosen on the corpus reader and piper's voice, and
+  the panel's voices were looked at while choosing how fades and soft words are given
+  (docs/room.md), so these measure what the room's own talkers cannot.
 
 Every speaker in `readers`, `readers-no-pause`, `soft-starts` and `fading` holds the floor:
 any of their speech the gate ignores counts against it (`room.analyse`: `ignored_s`).
@@ -44,7 +47,12 @@ SOFT_S, SOFT_DB = 0.4, 10.0
 FADE_S, FADE_DB = 2.5, 15.0
 REAL_TALKERS = ("harvard-woman", "linphone-man")
 TALKER_SPEAKER = "librivox-man"
-KINDS = (*room.PEOPLE, "talker-real")
+#: The held-out talker case: (speaker, their talkers).
+HELD_OUT = ("allison", ("sonnet-reader", "mfa-man"))
+#: Which talker case has which people: (speaker, talkers, the files' prefix).
+TALKER_CASES = {"talker-real": (TALKER_SPEAKER, REAL_TALKERS, "librivox"),
+                "talker-held-out": (*HELD_OUT, "allison")}
+KINDS = (*room.PEOPLE, *TALKER_CASES)
 
 Clip = tuple[str, np.ndarray]   # (transcript, 16 kHz mono float32)
 
@@ -54,7 +62,8 @@ def voices(items, folder: Path = VOICES) -> dict[str, list[Clip]]:
     out = {"lj": [(item.ref_text or "", _trimmed(room.read16k(item.path))) for item in items]}
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and p.name != "licences"):
         out[sub.name] = [(wav.with_suffix(".txt").read_text(encoding="utf-8").strip(),
-                          _trimmed(room.read16k(wav))) for wav in sorted(sub.glob("*.wav"))]
+                          _trimmed(room.read16k(wav)))
+                         for wav in sorted([*sub.glob("*.wav"), *sub.glob("*.flac")])]
     return out
 
 
@@ -171,8 +180,8 @@ def build(items, out: Path, conds, voices_of: dict[str, list[Clip]] | None = Non
             audio, who = _session(parts, 1.0)
             text = " ".join(t for t, _ in clips)
             name = "people-4-fading"
-        elif cond.kind == "talker-real":
-            files.update(_talker_real(people, level, cond, out))
+        elif cond.kind in TALKER_CASES:
+            files.update(_talker(people, level, cond, out))
             continue
         else:
             raise ValueError(f"not a people condition: {cond.kind!r}")
@@ -181,10 +190,11 @@ def build(items, out: Path, conds, voices_of: dict[str, list[Clip]] | None = Non
     return {"conditions": [room.condition_entry(c) for c in conds], "files": files}
 
 
-def _talker_real(people: dict[str, list[Clip]], level: float, cond, out: Path) -> dict:
-    """`room`'s talker case with real people: the LibriVox reader, another person under."""
-    lines = [(text, audio) for name in REAL_TALKERS for text, audio in people[name]]
-    clips = people[TALKER_SPEAKER]
+def _talker(people: dict[str, list[Clip]], level: float, cond, out: Path) -> dict:
+    """`room`'s talker case with real people: a reader, other people under (`TALKER_CASES`)."""
+    speaker, talkers, prefix = TALKER_CASES[cond.kind]
+    lines = [(text, audio) for name in talkers for text, audio in people[name]]
+    clips = people[speaker]
     heard_s = sum(len(a) / BUS_RATE + room.LEAD_S + room.TAIL_S for _, a in clips)
     talk, spans = room.read_aloud(lines, heard_s)
     files, at_sample = {}, 0
@@ -195,7 +205,7 @@ def _talker_real(people: dict[str, list[Clip]], level: float, cond, out: Path) -
         cut = np.pad(cut, (0, len(speech) - len(cut)))
         lines_under, words = room.under(spans, at_sample, at_sample + len(speech))
         at_sample += len(speech)
-        name = f"librivox-{i}@talker-real"
+        name = f"{prefix}-{i}@{cond.kind}"
         _write(out, name, speech + at(cut, level, -cond.level_db), text)
         files[name] = {"condition": cond.name, "kind": cond.kind, "reference": text,
                        "talker_lines": lines_under, "talker_words": round(words)}

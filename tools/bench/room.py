@@ -79,8 +79,8 @@ class Condition:
             return PEOPLE[self.kind]
         if self.kind == "clean":
             return "clean"
-        if self.kind in ("talker", "talker-real"):
-            return f"{'talker' if self.kind == 'talker' else 'real talker'} -{self.level_db:g} dB"
+        if self.kind in TALKERS:
+            return f"{TALKERS[self.kind]} -{self.level_db:g} dB"
         if self.kind in NOISES:
             return f"{self.kind} {self.level_db:g} dB"
         return f"no speech: {self.kind}" + (f" {self.level_db:g} dBFS"
@@ -89,9 +89,14 @@ class Condition:
     @property
     def speech(self) -> bool:
         """Whether the speaker speaks in it."""
-        return self.kind in ("clean", "talker", "talker-real", *NOISES, *PEOPLE)
+        return self.kind in ("clean", *TALKERS, *NOISES, *PEOPLE)
 
 
+#: The talker cases, with their names in the report: piper's voice under the corpus's reader
+#: (`build`), a real person under a real reader, and the same with voices held out of every
+#: choice made for the gate (`readers.build`).
+TALKERS = {"talker": "talker", "talker-real": "real talker",
+           "talker-held-out": "held-out talker"}
 #: The people's conditions (`readers`), with their names in the report.
 PEOPLE = {"alone": "each reader alone", "readers": "readers in turn, 0 to -25 dB",
           "readers-no-pause": "readers in turn, no pause", "soft-starts": "soft starts",
@@ -109,7 +114,8 @@ def conditions(snrs=DEFAULT_SNRS, talker_dbs=DEFAULT_TALKER_DB,
     out += [Condition(kind, float(snr)) for snr in snrs for kind in NOISES]
     out += [Condition("talker", float(db)) for db in talker_dbs]
     if people:
-        out += [Condition("talker-real", float(db)) for db in talker_dbs]
+        out += [Condition(kind, float(db)) for kind in ("talker-real", "talker-held-out")
+                for db in talker_dbs]
     out += [Condition("quiet-pink", QUIET_DBFS), Condition("quiet-tones", QUIET_DBFS),
             Condition("silence")]
     if people:
@@ -276,7 +282,7 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
     files: dict[str, dict] = {}
     at = 0   # where the talker is: each clip hears the next part of what they say
     for cond in conds:
-        if cond.kind in PEOPLE or cond.kind == "talker-real":
+        if cond.kind in PEOPLE or cond.kind in ("talker-real", "talker-held-out"):
             raise ValueError(f"{cond.name}: the people's conditions are built by readers.build")
         tag = cond.name.replace(":", "").replace(" ", "_")
         if not cond.speech:
@@ -368,7 +374,7 @@ def analyse(report: dict, manifest: dict) -> dict:
         else:   # no speech: every committed line is one the room made up
             entry["lines"] = len(rows)
             entry["texts"] = [r["text"] for r in rows]
-        if cond["kind"] in ("talker", "talker-real"):
+        if cond["kind"] in TALKERS:
             said = 0
             intruded: list[str] = []
             for f, e in files.items():
