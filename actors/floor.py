@@ -138,8 +138,7 @@ class Floor:
             if held is not None:   # the holder is heard again: the held speech was under them
                 self._held = None
                 self._unhold_holder(held, window_start)
-                if held.quiet_before >= self._hangover and not self._in_speech and \
-                        gate.quiet_room and \
+                if not self._in_speech and gate.quiet_room and \
                         window_start - held.end < self._hangover and \
                         held.end - held.start <= gate.soft_onset_ms * BUS_RATE // 1000:
                     self._soft_onset = held.start   # their own soft first word

@@ -29,7 +29,8 @@ without the holder, or with nobody speaking for ``floor_free_ms`` before and aft
 question from the floor), took the floor: it is interpreted from its first window and its
 level becomes the speaker's (:meth:`adopt`); a louder voice later takes the floor back at
 once (it passes). A short quieter stretch after a pause that runs straight into the
-holder's speech (a soft first word, at most ``soft_onset_ms``) is the holder's own, and so
+holder's speech (a soft first word, at most ``soft_onset_ms``; after a pause or a dip shorter
+than the hangover) is the holder's own, and so
 is its mirror: as short a stretch begun within ``soft_onset_ms`` of the holder's last speech,
 with as long a quiet after it (their soft last word).
 

@@ -135,7 +135,7 @@ def whisper():
 
 
 @pytest.mark.parametrize("name, db", [("LJ001-0008", 12.0), ("LJ001-0002", 9.0)])
-@pytest.mark.parametrize("pause_s", [0.8, 2.0])
+@pytest.mark.parametrize("pause_s", [0.15, 0.8, 2.0])
 def test_soft_first_words_after_a_pause_are_kept(vad, clips, whisper, name, db, pause_s):
     """A sentence whose first two words are `db` under the speaker, after a pause.
 
