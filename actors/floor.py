@@ -146,8 +146,7 @@ class Floor:
                         self._soft_end(held, window_start, quiet_after=False):
                     # The holder's soft last word, and a louder voice straight after it (a
                     # new speaker without a pause): both are segmented, from the word on.
-                    for start, p in held.windows:
-                        self._step(start, p, events)
+                    self._segment(held, events)
                     return None
                 elif not self._in_speech or held.start < self._start:
                     self._reject(held, events)      # (inside their open utterance: kept)
@@ -164,17 +163,20 @@ class Floor:
             # Nobody took it back: the held-back voice has the floor, from its first window.
             self._held = None
             gate.adopt([level for _, level, _ in held.speech])
-            for start, p in held.windows:
-                self._step(start, p, events)
+            self._segment(held, events)
             return None
         if held is not None and settled and not self._in_speech and \
                 self._soft_end(held, window_end):
             # The holder's own soft last word: segmented, and the level stays the holder's.
             self._held = None
-            for start, p in held.windows:
-                self._step(start, p, events)
+            self._segment(held, events)
             return None
         return prob
+
+    def _segment(self, held: _Held, events: list[Event]) -> None:
+        """Held-back speech is someone's after all: its windows go through the state machine."""
+        for start, prob in held.windows:
+            self._step(start, prob, events)
 
     def _soft_end(self, held: _Held, now: int, quiet_after: bool = True) -> bool:
         """Held-back speech that is the holder's soft last word, by its timing in a quiet room.

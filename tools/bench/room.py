@@ -97,6 +97,8 @@ class Condition:
 #: choice made for the gate (`readers.build`).
 TALKERS = {"talker": "talker", "talker-real": "real talker",
            "talker-held-out": "held-out talker"}
+#: Those with real people, which `readers.build` makes.
+REAL_TALKERS = tuple(kind for kind in TALKERS if kind != "talker")
 #: The people's conditions (`readers`), with their names in the report.
 PEOPLE = {"alone": "each reader alone", "readers": "readers in turn, 0 to -25 dB",
           "readers-no-pause": "readers in turn, no pause", "soft-starts": "soft starts",
@@ -114,8 +116,7 @@ def conditions(snrs=DEFAULT_SNRS, talker_dbs=DEFAULT_TALKER_DB,
     out += [Condition(kind, float(snr)) for snr in snrs for kind in NOISES]
     out += [Condition("talker", float(db)) for db in talker_dbs]
     if people:
-        out += [Condition(kind, float(db)) for kind in ("talker-real", "talker-held-out")
-                for db in talker_dbs]
+        out += [Condition(kind, float(db)) for kind in REAL_TALKERS for db in talker_dbs]
     out += [Condition("quiet-pink", QUIET_DBFS), Condition("quiet-tones", QUIET_DBFS),
             Condition("silence")]
     if people:
@@ -282,7 +283,7 @@ def build(items, out: Path, conds: list[Condition], seed: int = SEED) -> dict:
     files: dict[str, dict] = {}
     at = 0   # where the talker is: each clip hears the next part of what they say
     for cond in conds:
-        if cond.kind in PEOPLE or cond.kind in ("talker-real", "talker-held-out"):
+        if cond.kind in PEOPLE or cond.kind in REAL_TALKERS:
             raise ValueError(f"{cond.name}: the people's conditions are built by readers.build")
         tag = cond.name.replace(":", "").replace(" ", "_")
         if not cond.speech:
