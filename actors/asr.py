@@ -6,6 +6,7 @@ import collections
 import logging
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -72,18 +73,23 @@ def agreed_prefix(earlier: str, later: str) -> bool:
 #: LocalAgreement: words two successive drafts agree on are committed when there are at
 #: least this many (fewer make pieces too small for MT).
 MIN_AGREED_WORDS = 4
-#: A cut between two agreed words is made in a gap: GAP_FRAMES x 10 ms this far (dB) below
-#: the loud frames of the speech. Whisper's word times are too rough for a cut (off by up
-#: to 0.3 s); a gap is found in the audio, and a decode of each side must say the words.
-#: A pause, not a stop's closure (30-80 ms): cut there, the word before leaves its release
-#: to the next piece ("the immediate | red assessors" for "immediate predecessors").
-GAP_DB = 30.0
-GAP_FRAMES = 10
-#: Gaps tried per agreement (each costs a decode).
-GAP_TRIES = 2
 #: A grown draft older than this when asr gets to it is skipped (asr is behind: a
 #: commit from it would come late, and its decode would put asr further behind).
 STALE_DRAFT_S = 0.5
+#: A piece of at most this much speech is decoded again with the piece that joins it (its
+#: words said first: Whisper's prefix), so the words at the join are neither lost nor said
+#: twice; a longer one is not (the next decodes would cost more than they save).
+MAX_CONTEXT_S = 6.0
+
+
+class Before(NamedTuple):
+    """The last piece asr committed: what the next one, if it joins it, is decoded after."""
+
+    stream: str
+    lang: str
+    end_s: float          # media time where it ended: a piece starting here joins it
+    pcm: np.ndarray       # its speech (16 kHz float32, as it came)
+    text: str             # its words
 
 
 def agreed_words(earlier: list[str], later: list[str]) -> int:
@@ -102,33 +108,6 @@ def agreed_words(earlier: list[str], later: list[str]) -> int:
     clause = max((i + 1 for i in range(MIN_AGREED_WORDS - 1, n)
                   if later[i].rstrip(_CLOSERS)[-1:] in CLAUSE_MARKS), default=n)
     return clause if clause >= MIN_AGREED_WORDS else 0
-
-
-def frame_db(pcm: np.ndarray) -> np.ndarray:
-    """Energy (dB) of each 10 ms of `pcm`."""
-    hop = BUS_RATE // 100
-    frames = len(pcm) // hop
-    energy = (pcm[:frames * hop].reshape(frames, hop).astype(np.float32) ** 2).mean(1)
-    return 10 * np.log10(energy + 1e-10)
-
-
-def quiet_runs(db: np.ndarray) -> list[float]:
-    """Where the gaps in speech start (s, 10 ms in), from the 10 ms energies `db`.
-
-    A gap: GAP_FRAMES or more frames GAP_DB below the speech's loud frames (its 90th
-    percentile), neither at the start nor at the end. A cut 10 ms into it leaves the next
-    word its whole onset.
-    """
-    quiet = db <= np.percentile(db, 90) - GAP_DB
-    runs, start = [], None
-    for i, q in enumerate(quiet):
-        if q and start is None:
-            start = i
-        elif not q and start is not None:
-            if start > 0 and i - start >= GAP_FRAMES:
-                runs.append((start + 1) / 100)
-            start = None
-    return runs
 
 
 class AsrActor(EngineActor):
@@ -153,6 +132,10 @@ class AsrActor(EngineActor):
         self.agree = topology.commits.by_agreement and \
             type(self.engine).timed is not AsrEngine.timed
         self.hypotheses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        self.cut_short: collections.deque[str] = collections.deque(maxlen=16)  # by agreement
+        # The last piece committed: a piece that starts where it ended (a cut, a forced
+        # split) is decoded with it (see `_joined`).
+        self.before: Before | None = None
         # A grown draft's age is read on one clock only (the segmenter's host is ours).
         self.same_clock = topology.same_host("segmenter", self.name)
 
@@ -234,6 +217,9 @@ class AsrActor(EngineActor):
             if msg.growing and self._stale(msg):
                 self.counters["grown_stale"] += 1
                 return
+            if msg.growing and msg.utt in self.cut_short:   # sent before our cut arrived
+                self.counters["grown_after_cut"] += 1
+                return
             yield from self._transcribe(msg)
             return
         if self._retold(msg):
@@ -252,16 +238,18 @@ class AsrActor(EngineActor):
         return self.agree and self.same_clock and sent is not None and \
             now_ns() - sent > STALE_DRAFT_S * 1e9
 
-    def _agreement(self, msg: Segment, speech: tuple, words: list | None,
-                   text: str, pcm: np.ndarray, spent: float) -> Cut | None:
+    def _agreement(self, msg: Segment, speech: tuple, words: list | None, text: str,
+                   offset_s: float, spent: float) -> Cut | None:
         """A Cut after the words this draft and the one before agree on, or None.
 
-        Made from `words` (word, start, end in the draft's audio) of a draft of a growing
-        utterance; the draft before is the utterance's last one (grown or at a pause). The
-        cut is in the latest pause in the audio up to the agreed words where the audio on
-        each side, decoded alone, says the words of the whole draft (the head at least
-        MIN_AGREED_WORDS agreed ones); the head's words are kept as that piece's transcript
-        (its final takes them).
+        Made from `words` (word, start, end in the decoded audio, which starts `offset_s`
+        before the utterance: the piece it joins) of a draft of a growing utterance; the
+        draft before is the utterance's last one (grown or at a pause). The cut is halfway
+        between the last agreed word and the next, as Whisper's alignment places them: the
+        alignment may be off by a few tenths of a second, but nothing is lost or doubled
+        there, because the next piece is decoded after this one, its words said first
+        (`_joined`). The agreed words are kept as this piece's transcript (its final takes
+        them).
         """
         if not self.agree:
             return None
@@ -275,37 +263,52 @@ class AsrActor(EngineActor):
         n = agreed_words(earlier[1], [w for w, _s, _e in words])
         if not n:
             return None
-        heard = [_letters(w) for w, _s, _e in words[:-1]]   # the last may be cut short
-        latest = min(words[n - 1][2] + 0.4, msg.duration_s - 0.2)
-        at = committed = None
-        for gap in sorted((g for g in quiet_runs(frame_db(pcm)) if 0.5 <= g <= latest),
-                          reverse=True)[:GAP_TRIES]:
-            # Each side of the gap decoded alone says the words of the whole, none cut in
-            # two (a stop's closure inside a word is a gap too: "immediate pre | decessors").
-            cut = round(gap * BUS_RATE)
-            head = self.engine.transcribe(pcm[:cut], speech[3])
-            said = [_letters(w) for w in head.split()]
-            if not MIN_AGREED_WORDS <= len(said) < min(n + 1, len(heard)) or \
-                    said != heard[:len(said)]:   # and a whole word after the gap, to check
-                continue
-            rest = [_letters(w) for w in self.engine.transcribe(pcm[cut:], speech[3]).split()]
-            if (said + rest)[:len(heard)] == heard:
-                at, committed = gap, head
-                break
-        if at is None:
-            self.counters["agreed_no_gap"] += 1
+        at = (words[n - 1][2] + words[n][1]) / 2 - offset_s
+        if not 0.1 <= at <= msg.duration_s - 0.1:
+            self.counters["agreed_no_cut"] += 1
             return None
         cut = round((msg.media_start_s + at) * BUS_RATE)
         media_end_s = cut / BUS_RATE
+        committed = " ".join(w for w, _s, _e in words[:n])
         self.drafts.keep(msg.utt, (speech[0], speech[1], media_end_s, speech[3]), committed,
                          spent)
         self.hypotheses.pop(msg.utt, None)
+        self.cut_short.append(msg.utt)
         self.counters["agreements"] += 1
-        self.counters["agreed_words"] += len(committed.split())
+        self.counters["agreed_words"] += n
         self.log.info("asr: %s: two drafts agree up to %.2f s: %r", msg.utt, media_end_s,
                       committed)
         return Cut(utt=msg.utt, stream=speech[0], media_start_s=speech[1],
                    media_end_s=media_end_s, speech_end_s=media_end_s, text=committed)
+
+    def _joined(self, msg: Segment, pcm: np.ndarray, lang: str) -> tuple[np.ndarray, str, float]:
+        """The audio to decode for `msg`, the words it starts with, and where `msg` starts in it.
+
+        A piece that starts where the last committed one ended (same stream and language)
+        is decoded after it: that piece's speech, then this one's, with that piece's words
+        as Whisper's prefix. Otherwise the piece alone.
+        """
+        b = self.before
+        if b is None or (b.stream, b.lang) != (msg.stream, lang) or \
+                abs(b.end_s - msg.media_start_s) * BUS_RATE > 1:
+            return pcm, "", 0.0
+        self.counters["joined"] += 1
+        return np.concatenate([b.pcm, pcm]), b.text, len(b.pcm) / BUS_RATE
+
+    def _committed(self, msg: Segment, pcm: np.ndarray, lang: str, text: str) -> None:
+        """Remember the piece just committed: the next may join it."""
+        short = pcm is not None and text and len(pcm) <= MAX_CONTEXT_S * BUS_RATE
+        self.before = Before(msg.stream, lang, msg.media_end_s, pcm, text) if short else None
+
+    @staticmethod
+    def _pcm(msg: Segment) -> np.ndarray:
+        """The segment's speech as 16 kHz mono float32."""
+        pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
+        if msg.sample_rate != BUS_RATE:
+            import soxr
+            pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, BUS_RATE)
+        pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
+        return np.ascontiguousarray(pcm, np.float32)
 
     def _transcribe(self, msg: Segment) -> Iterator[Message]:
         lang = msg.src_lang or self.config.src_lang
@@ -320,18 +323,16 @@ class AsrActor(EngineActor):
         start = now_ns()
         text = None if is_draft(msg) else self.drafts.take(msg.utt, speech)
         taken = text is not None
-        words = pcm = None
+        words = None
+        offset_s = 0.0
+        pcm = self._pcm(msg)
         if text is None:
-            pcm = msg.pcm if msg.pcm.ndim == 1 else msg.pcm.mean(axis=1)
-            if msg.sample_rate != BUS_RATE:
-                import soxr
-                pcm = soxr.resample(pcm.astype(np.float32), msg.sample_rate, BUS_RATE)
-            pcm = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm
-            pcm = levelled(np.ascontiguousarray(pcm, np.float32), self.config.level_dbfs)
+            heard, prefix, offset_s = self._joined(msg, pcm, lang)
+            heard = levelled(heard, self.config.level_dbfs)
             if self.agree and msg.growing:
-                words = self.engine.timed(pcm, lang)
+                words = self.engine.timed(heard, lang, prefix)
             text = " ".join(w for w, _s, _e in words) if words else \
-                self.engine.transcribe(pcm, lang)
+                self.engine.transcribe(heard, lang, prefix)
             if self.glossary:
                 text = self.glossary.spell(text)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")
@@ -344,6 +345,7 @@ class AsrActor(EngineActor):
         if not is_draft(msg):
             self.pauses.pop(msg.utt, None)
             self.hypotheses.pop(msg.utt, None)
+            self._committed(msg, pcm, lang, text)
         else:
             if msg.growing:
                 self.counters["rechecks"] += 1
@@ -351,7 +353,7 @@ class AsrActor(EngineActor):
             else:
                 self.drafts.keep(msg.utt, speech, text, spent)
             cut = self._cut(msg, speech, text) or \
-                self._agreement(msg, speech, words, text, pcm, spent)
+                self._agreement(msg, speech, words, text, offset_s, spent)
             if cut is not None:
                 # Its utterance is to end at the earlier pause: this draft would be wasted
                 # work downstream (mt, and tts before the committed part).

@@ -64,6 +64,14 @@ def test_converted_base_hears_what_faster_whisper_hears(tmp_path, monkeypatch):
     assert same >= len(clips) - 1
     assert mlx.fallbacks == 0   # no 5 s window looped on these clips
 
+    # Told the first words a clip says (asr's prefix when a piece joins the one before), it
+    # returns the words after them, as it heard them without.
+    rest = [mlx.transcribe(pcm, "en", prefix=" ".join(a.split()[:3]))
+            for (_name, pcm, _ref), a in zip(clips, mlx_texts, strict=True)]
+    print("after a prefix:", rest)
+    assert sum(normalize_text(r) == normalize_text(" ".join(a.split()[3:]))
+               for r, a in zip(rest, mlx_texts, strict=True)) >= len(clips) - 1
+
     # A glossary: told the bench glossary's terms as its prompt, it hears the names.
     from voxweft.actors.glossary import Glossary
     from voxweft.tools.bench import room, terms

@@ -39,8 +39,13 @@ class AsrEngine(Resources, abc.ABC):
         """Build the model (heavy work here, never in __init__)."""
 
     @abc.abstractmethod
-    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
-        """Text of 16 kHz mono float32 speech in language `lang`."""
+    def transcribe(self, pcm: np.ndarray, lang: str, prefix: str = "") -> str:
+        """Text of 16 kHz mono float32 speech in language `lang`.
+
+        `prefix`: the words the start of `pcm` is known to say (a piece already committed,
+        see `actors.asr`): the model is made to say them first, and only the words after
+        them are returned. The words at the join are then neither lost nor said twice.
+        """
 
     def word_times(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]] | None:
         """(word, start s, end s) of each word in `pcm`, for measurements (the bench's lag).
@@ -49,11 +54,13 @@ class AsrEngine(Resources, abc.ABC):
         """
         return None
 
-    def timed(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]] | None:
+    def timed(self, pcm: np.ndarray, lang: str,
+              prefix: str = "") -> list[tuple[str, float, float]] | None:
         """(word, start s, end s) of speech that may still be going on, on the live path.
 
         Cheap enough to run every second on a growing utterance (asr's LocalAgreement
-        commits); None (the default): this engine cannot, and words wait for a pause.
+        commits); the words after `prefix` only (as `transcribe`). None (the default): this
+        engine cannot, and words wait for a pause.
         """
         return None
 
@@ -76,8 +83,9 @@ class WhisperEngine(AsrEngine):
     fallbacks = 0    # short-window decodes redone with the full window
 
     @abc.abstractmethod
-    def _window_text(self, pcm: np.ndarray, lang: str, window_s: int, duration_s: float) -> str:
-        """Text of `pcm` decoded in a window of `window_s` seconds (at most 30)."""
+    def _window_text(self, pcm: np.ndarray, lang: str, window_s: int, duration_s: float,
+                     prefix: str = "") -> str:
+        """Text of `pcm` after `prefix`, decoded in a window of `window_s` seconds (<= 30)."""
 
     def _window_s(self, duration_s: float) -> int:
         """The shortest multiple of `window_s` that holds the speech and one second more."""
@@ -85,12 +93,12 @@ class WhisperEngine(AsrEngine):
         # One second of margin: the utterance must not touch the window's end.
         return min(self.FULL_WINDOW_S, step * int(np.ceil((duration_s + 1) / step)))
 
-    def _short_window(self, pcm: np.ndarray, lang: str) -> str | None:
+    def _short_window(self, pcm: np.ndarray, lang: str, prefix: str = "") -> str | None:
         """The short window's text (a restart cut), or None: the full window must decode it."""
         duration_s = len(pcm) / BUS_RATE
         window_s = self._window_s(duration_s)
         if window_s < self.FULL_WINDOW_S:
-            text = cut_restart(self._window_text(pcm, lang, window_s, duration_s))
+            text = cut_restart(self._window_text(pcm, lang, window_s, duration_s, prefix))
             if not degenerate(text, duration_s) and not starts_over(text):
                 return text
             self.fallbacks += 1

@@ -157,13 +157,15 @@ class FasterWhisperEngine(WhisperEngine):
             return WhisperModel(str(packaged_whisper_tiny_en()), local_files_only=True, **kwargs)
         return WhisperModel(model, local_files_only=True, **kwargs)
 
-    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
+    def transcribe(self, pcm: np.ndarray, lang: str, prefix: str = "") -> str:
         """Greedy (beam 1 by default) decoding of one utterance, no timestamps."""
         # A window twice as long first (Whisper now and then repeats itself in a 5 s window,
         # once in 45 LJ utterances: 0.3 s to retry in 10 s, 2.4 s with the full model).
-        text = self._short_window(pcm, lang)
+        text = self._short_window(pcm, lang, prefix)
         if text is not None:
             return text
+        if prefix:   # asr gives a prefix with less than one window of speech (MAX_CONTEXT_S)
+            return self._window_text(pcm, lang, self.FULL_WINDOW_S, len(pcm) / BUS_RATE, prefix)
         segments, _info = self.model.transcribe(
             pcm, language=lang, beam_size=int(self.settings.beam_size), vad_filter=False,
             condition_on_previous_text=False, without_timestamps=True,
@@ -185,22 +187,29 @@ class FasterWhisperEngine(WhisperEngine):
         return [(w.word.strip(), round(w.start, 3), round(w.end, 3))
                 for s in segments for w in (s.words or ())]
 
-    def timed(self, pcm: np.ndarray, lang: str) -> list[tuple[str, float, float]] | None:
+    def timed(self, pcm: np.ndarray, lang: str,
+              prefix: str = "") -> list[tuple[str, float, float]] | None:
         """(word, start s, end s) of a growing utterance, on the live path (LocalAgreement).
 
-        The short window's decode, then Whisper's cross-attention alignment of its tokens on
-        the same encoder output (one decoder pass more); None when the decode looped.
+        The short window's decode, then Whisper's cross-attention alignment of its tokens
+        (the prefix's too) on the same encoder output (one decoder pass more); the words after
+        `prefix`; None when the decode looped.
         """
         duration_s = len(pcm) / BUS_RATE
         window_s = self._window_s(duration_s)
         if window_s >= self.FULL_WINDOW_S:
             return None
-        text, tokens, encoded, tok = self._decode_window(pcm, lang, window_s, duration_s)
+        text, tokens, encoded, tok = self._decode_window(pcm, lang, window_s, duration_s,
+                                                         prefix)
         if not tokens or degenerate(text, duration_s) or starts_over(text):
             return None
         frames = min(window_s * 100, int(np.ceil(duration_s * 100)))
+        given = self._prefix_tokens(tok, prefix)
         timed: list[tuple[str, float, float]] = []
-        for w in self.model.find_alignment(tok, [tokens], encoded, frames)[0]:
+        for w in self.model.find_alignment(tok, [given + tokens], encoded, frames)[0]:
+            if len(given) > 0:   # a word of the prefix
+                given = given[len(w["tokens"]):]
+                continue
             word, start, end = w["word"].strip(), round(float(w["start"]), 3), \
                 round(float(w["end"]), 3)
             if timed and not any(c.isalnum() for c in word):   # "," "." go with their word
@@ -210,13 +219,19 @@ class FasterWhisperEngine(WhisperEngine):
         return timed
 
     def _window_text(self, pcm: np.ndarray, lang: str, window_s: int,
-                     duration_s: float) -> str:
-        """Text of `pcm` decoded in a window of `window_s` seconds."""
-        return self._decode_window(pcm, lang, window_s, duration_s)[0]
+                     duration_s: float, prefix: str = "") -> str:
+        """Text of `pcm` after `prefix`, decoded in a window of `window_s` seconds."""
+        return self._decode_window(pcm, lang, window_s, duration_s, prefix)[0]
+
+    @staticmethod
+    def _prefix_tokens(tok, prefix: str) -> list[int]:
+        """The tokens of the words Whisper is made to say first (its "prefix")."""
+        return tok.encode(" " + prefix.strip())[-PROMPT_TOKENS:] if prefix.strip() else []
 
     def _decode_window(self, pcm: np.ndarray, lang: str, window_s: int,
-                       duration_s: float = 30.0) -> tuple[str, list[int], object, object]:
-        """Text, its tokens, the encoder output and the tokenizer of one short-window decode."""
+                       duration_s: float = 30.0,
+                       prefix: str = "") -> tuple[str, list[int], object, object]:
+        """One short-window decode: text, tokens (after `prefix`'s), encoder output, tokenizer."""
         import ctranslate2
         from faster_whisper.tokenizer import Tokenizer
 
@@ -239,6 +254,8 @@ class FasterWhisperEngine(WhisperEngine):
         prompt = [*tok.sot_sequence, tok.no_timestamps]
         if self.prompt:   # the words to expect, as the text said before (half the context)
             prompt = [tok.sot_prev, *tok.encode(" " + self.prompt)[-PROMPT_TOKENS:], *prompt]
+        given = self._prefix_tokens(tok, prefix)
+        prompt += given   # said first: the answer goes on from the end of these words
         result = self.model.model.generate(
             encoded, [prompt], beam_size=int(self.settings.beam_size),
             # Nobody says more than ~12 tokens a second: a looping decode stops early
@@ -247,6 +264,8 @@ class FasterWhisperEngine(WhisperEngine):
             suppress_blank=True, suppress_tokens=[-1],
             return_scores=True, return_no_speech_prob=True)
         tokens = [t for t in result[0].sequences_ids[0] if t < tok.eot]
+        if given and tokens[:len(given)] == given:   # CTranslate2 gives the prefix back
+            tokens = tokens[len(given):]
         # the mean log-probability per token as faster-whisper reckons it (the score is
         # normalised by length: length_penalty 1)
         mean = result[0].scores[0] * len(tokens) / (len(tokens) + 1)

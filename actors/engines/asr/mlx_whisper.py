@@ -237,19 +237,19 @@ class MlxWhisperEngine(WhisperEngine):
         """Whether it computes on the GPU (Metal): its budget is then GPU time."""
         return mlx.on_metal()
 
-    def transcribe(self, pcm: np.ndarray, lang: str) -> str:
+    def transcribe(self, pcm: np.ndarray, lang: str, prefix: str = "") -> str:
         """Greedy decoding of one utterance (16 kHz mono float32), no timestamps."""
-        text = self._short_window(pcm, lang)
+        text = self._short_window(pcm, lang, prefix)
         if text is not None:
             return text
         duration_s = len(pcm) / BUS_RATE
         if duration_s <= self.FULL_WINDOW_S - 1:
-            return self._window_text(pcm, lang, self.FULL_WINDOW_S, duration_s)
-        return self._transcribe_long(pcm, lang)
+            return self._window_text(pcm, lang, self.FULL_WINDOW_S, duration_s, prefix)
+        return self._transcribe_long(pcm, lang)   # asr gives a prefix with less speech
 
     def _window_text(self, pcm: np.ndarray, lang: str, window_s: int,
-                     duration_s: float) -> str:
-        """Text of `pcm` encoded in a window of `window_s` seconds (at most 30)."""
+                     duration_s: float, prefix: str = "") -> str:
+        """Text of `pcm` after `prefix`, encoded in a window of `window_s` seconds (<= 30)."""
         import mlx.core as mx
         from mlx_whisper.audio import log_mel_spectrogram
         from mlx_whisper.decoding import DecodingOptions, decode
@@ -263,6 +263,7 @@ class MlxWhisperEngine(WhisperEngine):
         options = DecodingOptions(
             language=lang, without_timestamps=True,
             fp16=self.dtype == "float16", prompt=self.prompt or None,
+            prefix=prefix.strip() or None,   # said first; the text is what follows it
             # Nobody says more than ~12 tokens a second: a looping decode stops early.
             sample_len=min(self.model.dims.n_text_ctx // 2, 10 + int(12 * duration_s)))
         encoder = self.model.encoder
