@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from voxweft.actors import budget, condense
 from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
+from voxweft.actors.phrases import Sentence, continuation
 from voxweft.protocol.messages import (
     Message,
     Transcript,
@@ -26,8 +27,10 @@ class MtActor(EngineActor):
     def __init__(self, topology, config) -> None:
         super().__init__(topology, config)
         self.glossary = topology.glossary   # its terms translated as it says, names kept
-        # Translations of draft transcripts (speculative endpointing), by their source text.
+        # Translations of draft transcripts (speculative endpointing), by their source text
+        # and the sentence they go on.
         self.drafts = Drafts(self.counters)
+        self.sentence = Sentence()   # the pieces of the sentence so far (actors.phrases)
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """ASR's transcripts."""
@@ -45,7 +48,22 @@ class MtActor(EngineActor):
         """End engine helpers (apertium keeps a pipeline of processes per direction)."""
         self.engine.close()
 
-    def _translate(self, msg: Transcript, tgt: str) -> str:
+    def _piece(self, msg: Transcript, tgt: str, sources: list[str], said: list[str]) -> str:
+        """A piece's translation: what goes on from the sentence so far, or the piece's own.
+
+        `sources` are the sentence's earlier pieces, `said` their translation (see
+        actors.phrases).
+        """
+        if sources:
+            full = self._translate(msg, tgt, " ".join([*sources, msg.text]))
+            rest = continuation(said, full)
+            if rest is not None:
+                self.counters["pieces_continued"] += 1
+                return rest
+            self.counters["pieces_unplaced"] += 1
+        return self._translate(msg, tgt, msg.text)
+
+    def _translate(self, msg: Transcript, tgt: str, source: str) -> str:
         if (msg.src_lang, tgt) not in self.engine.pairs():
             # Never translate text the engine was not built for (the modelled system fed
             # wrong-language text to its translator and "debugged" the symptoms for days).
@@ -55,7 +73,7 @@ class MtActor(EngineActor):
                            ", ".join(f"{s}->{t}" for s, t in sorted(self.engine.pairs())))
             return ""
         # Fillers, stutters and false starts take time to say and mean nothing: not translated.
-        text, _removed = condense.disfluencies(msg.text, msg.src_lang)
+        text, _removed = condense.disfluencies(source, msg.src_lang)
         if not text:
             return ""
         if not self.glossary:
@@ -94,18 +112,21 @@ class MtActor(EngineActor):
             return
         tgt = self.config.tgt_lang
         start = now_ns()
-        text = None if is_draft(msg) else self.drafts.take(msg.utt, (msg.src_lang, msg.text))
+        sources, said = self.sentence.before(msg.media_start_s)
+        key = (msg.src_lang, msg.text, tuple(sources))
+        text = None if is_draft(msg) else self.drafts.take(msg.utt, key)
         taken = text is not None
         if text is None:
-            text = self._translate(msg, tgt)
+            text = self._piece(msg, tgt, sources, said)
         if not is_draft(msg):   # what was left untranslated, whether or not a draft was taken
             self.counters["fillers_removed"] += condense.disfluencies(msg.text, msg.src_lang)[1]
         trace = traced(traced(self.arrived(msg.trace, "mt"), "mt.start", start), "mt.end")
         if taken:
             trace = traced(trace, "mt.draft")
         if is_draft(msg):
-            self.drafts.keep(msg.utt, (msg.src_lang, msg.text), text,
-                             (trace[-1][1] - start) / 1e9)
+            self.drafts.keep(msg.utt, key, text, (trace[-1][1] - start) / 1e9)
+        else:
+            self.sentence.add(msg.media_start_s, msg.media_end_s, msg.text, text)
         self.log.info("mt: %s%s %r -> %r", msg.utt, " (draft)" if is_draft(msg) else "",
                       msg.text, text)
         yield Translation(utt=msg.utt, src_lang=msg.src_lang, tgt_lang=tgt,
