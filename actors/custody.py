@@ -163,10 +163,16 @@ class Rejoin:
     and the held messages are taken in the order of their last copy (a message sent live and
     again counts where it was sent again). A sender that never gets there (a replay, a
     test's stand-in) is released when the window ends: nothing is ever dropped here.
+
+    An actor upstream of us (`upstreams`) is held from the first message, even before its
+    first heartbeat reaches us: a player killed while tts sent two pieces took the second,
+    sent live before tts's heartbeat came, ahead of the first, sent again (the chaos test).
+    Any other sender is held only once we have heard it heartbeat.
     """
 
-    def __init__(self, me: str, window_s: float = REJOIN_WINDOW_S) -> None:
-        self.me, self.window_s = me, window_s
+    def __init__(self, me: str, window_s: float = REJOIN_WINDOW_S,
+                 upstreams: frozenset[str] = frozenset()) -> None:
+        self.me, self.window_s, self.upstreams = me, window_s, upstreams
         self.until: float | None = None         # set when the stage is ready
         self.heard_ns: dict[str, int] = {}      # sender -> when we first heard it (our ns)
         self.caught_up: set[str] = set()        # senders that have sent us their resend
@@ -184,7 +190,8 @@ class Rejoin:
         """Hold `msg` (True) when it comes from an upstream that has not caught us up yet."""
         if is_draft(msg) or not self.holding(now):
             return False
-        if msg.src not in self.heard_ns or msg.src in self.caught_up:
+        if msg.src in self.caught_up or \
+                (msg.src not in self.heard_ns and msg.src not in self.upstreams):
             return False
         self.held.setdefault(msg.src, []).append(msg)
         return True

@@ -67,7 +67,8 @@ class Traffic:
         self.seen = Seen()
         self.finished = Finished()   # utterances the player is done with
         self.resync = Resync(actor.name, self.epoch)
-        self.rejoin = Rejoin(actor.name)
+        self.rejoin = Rejoin(actor.name, upstreams=frozenset(
+            src for src, _kind in actor.subscriptions()))
         self.links: collections.Counter[str] = collections.Counter()   # see Status.links
         self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""), actor.name)
         # Clocks across hosts: the last heartbeat heard from each peer (its sent_ns, our

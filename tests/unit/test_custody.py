@@ -108,6 +108,23 @@ def test_a_sender_that_never_catches_us_up_is_released_when_the_window_ends():
     assert not rejoin.hold(_from_mt("u4"), now=5.1) and rejoin.held == {}
 
 
+def test_an_upstream_is_held_before_its_first_heartbeat_reaches_us():
+    # The player restarted while tts sent two pieces: u2 (sent before the kill, lost) and
+    # u3, sent live just after we were ready, before tts's first heartbeat reached us. tts
+    # sends u2, u3 again once it hears us: u3 must not be taken first (the chaos test).
+    rejoin = Rejoin("player", upstreams=frozenset({"tts"}))
+    rejoin.ready(now=0.0)
+    u3 = SpeechChunk(src="tts", utt="u3", index=0)
+    assert rejoin.hold(u3, now=0.3)
+    assert rejoin.status(Status(src="tts", echo_sent={"player": 50}), now_ns=100) == []
+    again = [SpeechChunk(src="tts", utt=u, index=0) for u in ("u2", "u3")]
+    assert all(rejoin.hold(m, now=0.8) for m in again)
+    taken = rejoin.status(Status(src="tts", echo_sent={"player": 100 + 60_000_000}), now_ns=200)
+    assert [m.utt for m in taken] == ["u2", "u3"]
+    # a sender that is not upstream of us and never heartbeats is not held (a stand-in)
+    assert not rejoin.hold(SpeechChunk(src="replay", utt="u9", index=0), now=1.0)
+
+
 def test_outbox_lists_its_oldest_utterances_and_finished_is_bounded():
     box = Outbox()
     for i in range(20):
