@@ -474,3 +474,27 @@ def test_whispers_no_speech_rule_keeps_noise_from_making_words(whisper):
     assert whisper.no_speech - before == 3
     speech = read_16k(corpus_clips()[3])      # and speech is still heard
     assert "surpassed" in whisper.transcribe(speech, "en").lower()
+
+
+def test_a_prefix_said_again_where_the_audio_ends_is_cut(whisper, tmp_path):
+    """The hostile-peer test's recording: made to say the piece before ("Then in the same")
+    first, Whisper said the rest, then the prefix again and again; the piece's transcript
+    was "operations with ugly ones. Then in the same"."""
+    import soundfile as sf
+
+    from tests.e2e.whole import build_recording
+
+    build_recording(tmp_path / "talk.wav", utterances=10, seed=3, pause_s=(2.0, 5.0))
+    audio, _rate = sf.read(tmp_path / "talk.wav", dtype="float32")
+    topo = load(None)
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    pieces = []
+    for utt, start, end in (("a", 29.72, 30.54), ("b", 30.54, 32.548)):
+        pcm = audio[round(start * 16000):round(end * 16000)]
+        pieces.append(Segment(utt=utt, stream="s", src_lang="en", pcm=pcm, media_start_s=start,
+                              media_end_s=end, trace=(("speech_end", 5, end),)))
+    first, second = run_actor(actor, pieces, src="segmenter", loaded=True)
+    assert words(first.text) == ["then", "in", "the", "same"]
+    assert words(second.text) == ["operations", "with", "ugly", "ones"]
+    assert actor.counters["joined"] == 1

@@ -98,9 +98,10 @@ class WhisperEngine(AsrEngine):
         duration_s = len(pcm) / BUS_RATE
         window_s = self._window_s(duration_s)
         if window_s < self.FULL_WINDOW_S:
-            text = cut_restart(self._window_text(pcm, lang, window_s, duration_s, prefix))
-            if not degenerate(text, duration_s) and not starts_over(text):
-                return text
+            whole = cut_restart(joined(prefix, self._window_text(pcm, lang, window_s,
+                                                                 duration_s, prefix)))
+            if not degenerate(whole, duration_s) and not starts_over(whole):
+                return after(prefix, whole)
             self.fallbacks += 1
         return None
 
@@ -142,6 +143,26 @@ def cut_restart(text: str) -> str:
     words, restarts = _restarts(text)
     to_end = [k for k, at_end in restarts if at_end]
     return " ".join(words[:to_end[0]]) if to_end else text
+
+
+def joined(prefix: str, said: str) -> str:
+    """What Whisper said after being made to say `prefix` first, with the prefix."""
+    return f"{prefix.strip()} {said}".strip()
+
+
+def after(prefix: str, whole: str) -> str:
+    """The words of `whole` after those of `prefix` (see `joined`)."""
+    return " ".join(whole.split()[len(prefix.split()):])
+
+
+def without_restart(prefix: str, said: str) -> str:
+    """`said` (after `prefix`) without a restart of the whole.
+
+    Whisper made to say a prefix first sometimes says it again where the audio ends
+    ("operations with ugly ones. Then in the same" after "Then in the same": seen in the
+    hostile-peer test).
+    """
+    return after(prefix, cut_restart(joined(prefix, said)))
 
 
 def starts_over(text: str) -> bool:

@@ -11,7 +11,15 @@ from pydantic import Field, field_validator
 
 from voxweft.actors import budget
 from voxweft.actors.engines import models
-from voxweft.actors.engines.asr import NoSpeechRule, WhisperEngine, degenerate, log, starts_over
+from voxweft.actors.engines.asr import (
+    NoSpeechRule,
+    WhisperEngine,
+    degenerate,
+    joined,
+    log,
+    starts_over,
+    without_restart,
+)
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import StartupError
 from voxweft.actors.settings.manifest import packaged
@@ -165,7 +173,8 @@ class FasterWhisperEngine(WhisperEngine):
         if text is not None:
             return text
         if prefix:   # asr gives a prefix with less than one window of speech (MAX_CONTEXT_S)
-            return self._window_text(pcm, lang, self.FULL_WINDOW_S, len(pcm) / BUS_RATE, prefix)
+            return without_restart(prefix, self._window_text(
+                pcm, lang, self.FULL_WINDOW_S, len(pcm) / BUS_RATE, prefix))
         segments, _info = self.model.transcribe(
             pcm, language=lang, beam_size=int(self.settings.beam_size), vad_filter=False,
             condition_on_previous_text=False, without_timestamps=True,
@@ -201,7 +210,7 @@ class FasterWhisperEngine(WhisperEngine):
             return None
         text, tokens, encoded, tok = self._decode_window(pcm, lang, window_s, duration_s,
                                                          prefix)
-        if not tokens or degenerate(text, duration_s) or starts_over(text):
+        if not tokens or degenerate(text, duration_s) or starts_over(joined(prefix, text)):
             return None
         frames = min(window_s * 100, int(np.ceil(duration_s * 100)))
         given = self._prefix_tokens(tok, prefix)

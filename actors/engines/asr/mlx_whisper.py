@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from voxweft.actors.engines import importing, mlx, models
-from voxweft.actors.engines.asr import NoSpeechRule, WhisperEngine, log
+from voxweft.actors.engines.asr import NoSpeechRule, WhisperEngine, log, without_restart
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
@@ -244,7 +244,8 @@ class MlxWhisperEngine(WhisperEngine):
             return text
         duration_s = len(pcm) / BUS_RATE
         if duration_s <= self.FULL_WINDOW_S - 1:
-            return self._window_text(pcm, lang, self.FULL_WINDOW_S, duration_s, prefix)
+            return without_restart(prefix, self._window_text(pcm, lang, self.FULL_WINDOW_S,
+                                                             duration_s, prefix))
         return self._transcribe_long(pcm, lang)   # asr gives a prefix with less speech
 
     def _window_text(self, pcm: np.ndarray, lang: str, window_s: int,
