@@ -216,7 +216,8 @@ def test_the_page_shows_captions_health_and_latency_in_a_browser(tmp_path, brows
     rows = [r for r in _rows(browser) if not r["draft"]]
     assert browser.execute_script("return window.drafts.size") > 0, "no draft was ever shown"
     transcripts = [line for line in (out / "transcript.jsonl").read_text().splitlines()]
-    assert len(rows) == len(transcripts) >= 5
+    # A sentence committed in pieces is one row (it grew): at least one row per clip
+    assert len(transcripts) >= len(rows) >= 5
     assert all(r["src"] and r["tgt"] and re.search(r"\d\.\d s", r["lat"]) for r in rows), rows
     assert _words(" ".join(r["src"] for r in rows)) == \
         _words(" ".join(_cue_texts(out / "subtitles.en.vtt")))

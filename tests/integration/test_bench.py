@@ -52,7 +52,8 @@ def test_every_utterance_is_measured_and_adds_up(report):
     assert len(rows) == 2 and {row["file"] for row in rows} == {c.stem for c in
                                                               corpus_clips()[:2]}
     for row in rows:
-        assert row["played"] and row["text"] and row["translation"] and row["back_text"]
+        assert row["played"] and row["text"] and row["translation"]
+        assert row["back_text"] if row["sentence"] == row["utt"] else row["back_text"] is None
         stages = row["stages_s"]
         assert list(stages) == list(STAGES) and all(v is not None and v >= 0
                                                     for v in stages.values()), stages
@@ -126,7 +127,10 @@ def test_floor_quality_resources_and_bus(report):
     q = r["quality"]
     assert q["asr"]["files"] == 2 and q["asr"]["wer"] < 0.2
     assert q["mt"]["files"] == 1 and q["mt"]["chrf"] > 30
-    assert q["round_trip"]["utterances"] == 2 and q["round_trip"]["wer"] < 0.6
+    # Each clip is a sentence: heard whole, its pieces back to back
+    assert q["round_trip"]["sentences"] == 2 and q["round_trip"]["pieces"] == 2
+    assert q["round_trip"]["wer"] < 0.6
+    assert r["sentences"]["count"] == 2 and r["sentences"]["pieces"] == 2
     assert set(r["resources"]) == {"capture", "segmenter", "asr", "mt", "tts", "player"}
     for actor, res in r["resources"].items():
         assert res["peak_rss_mb"] >= res["rss_mb"] * 0.5 > 0 and res["cpu_s"] > 0, actor

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from voxweft.tools.bench import report as br
-from voxweft.tools.bench.reportcompare import REGRESSION, compare
+from voxweft.tools.bench.reportcompare import REGRESSION, compare, translation_chrf
 from voxweft.tools.bench.reportformat import fmt
 from voxweft.tools.bench.reportplots import plot_soak, plot_timeline
 
@@ -72,6 +72,16 @@ def sample_report():
                      "atd_ca_s": 2.914, "start_offset_nca_s": 2.5, "end_offset_nca_s": 0.617,
                      "laal_s": 1.474, "atd_s": 1.806, "source_duration_s": 8.5,
                      "output_words": 17},
+        "sentences": {"count": 2, "pieces": 3, "joins": {
+            "joins": 1, "holes": 1, "hole_s_total": 0.21, "hole_s_max": 0.21,
+            "silence_s": {"n": 1, "p50": 0.48, "p95": 0.48, "max": 0.48}, "clicks": 0,
+            "step_max": 0.002},
+            "offsets": {"sentences": 2, "start_offset_s": {"p50": 2.9, "mean": 2.9},
+                        "end_offset_s": {"p50": 1.7, "mean": 1.8},
+                        "laal_ca_s": {"p50": 2.6, "mean": 2.7},
+                        "start_offset_nca_s": {"p50": 2.0, "mean": 2.1},
+                        "end_offset_nca_s": {"p50": 0.9, "mean": 1.0},
+                        "laal_s": {"p50": 1.9, "mean": 2.0}}},
         "floor": {"pipeline_s": _s(0.873), "floor_s": _s(0.55), "ratio_p50": 1.587,
                   "stages": {"asr": {"n": 3, "pipeline_p50": 0.31, "floor_p50": 0.3,
                                      "ratio_p50": 1.033}}},
@@ -95,7 +105,8 @@ def sample_report():
                             "reference_words": 14},
                     "mt": {"bleu": 41.27, "chrf": 63.5, "signature_bleu": "x",
                            "signature_chrf": "y"},
-                    "round_trip": {"wer": 0.25, "chrf": 71.02, "utterances": 3}},
+                    "round_trip": {"wer": 0.25, "chrf": 71.02, "sentences": 2,
+                                   "pieces": 3}},
         "resources": {"asr": {"peak_rss_mb": 612.4, "rss_mb": 600.1, "cpu_s": 41.2, "fds": 23,
                               "threads": 9},
                       "tts": {"peak_rss_mb": 301.0, "rss_mb": 290.5, "cpu_s": 12.7, "fds": 17,
@@ -136,7 +147,10 @@ def test_markdown_full_report_has_key_figures():
                    "| 0.873 |", "tts_first_chunk", "ratio p50 1.59", "pipeline p50 0.873 s (n 3)",
                    "by stage, pipeline / floor p50 (n): asr 0.310 / 0.300 s = 1.03 (3)", "## Bus",
                    "| tcp | flood |", "4.400", "WER 0.0714", "BLEU 41.27", "chrF 63.50",
-                   "round trip WER 0.2500", "## Resources", "612.4",
+                   "round trip WER 0.2500", "(2 sentences of 3 pieces, each heard whole)",
+                   "## Resources", "612.4", "## Sentences",
+                   "| EndOffset | 0.900 (1.000) | EndOffset_CA | 1.700 (1.800) |",
+                   "holes (the player waited): 1, 0.210 s in all",
                    "| StartOffset | 2.500 | StartOffset_CA | 3.412 |",
                    "| EndOffset | 0.617 | EndOffset_CA | 1.205 |",
                    "| LAAL | 1.474 | LAAL_CA | 2.318 |", "| ATD | 1.806 | ATD_CA | 2.914 |",
@@ -153,7 +167,7 @@ def test_markdown_full_report_has_key_figures():
                    "first chunk made ahead 1.02 s (3), not 2.50 s (3)",
                    "| asr | 90 | 60 | 30 | 0 | 0.67 | 0.92 | 18.20 | 6.10 | 1.52 |"):
         assert needle in md, needle
-    assert md.count("\n") < 117         # compact (with two stretches ignored listed)
+    assert md.count("\n") < 127         # compact (with two stretches ignored listed)
 
 
 def test_markdown_opens_with_the_spoken_share_and_the_machine():
@@ -324,3 +338,20 @@ def test_main_prints_markdown_and_comparison(tmp_path, capsys):
                                          ("a|b", "a/b"), ([1, None], "1, -")])
 def test_fmt(value, text):
     assert fmt(value) == text
+
+
+def test_compare_scores_the_new_translations_against_the_old_ones():
+    def rows(*pieces):
+        return {"utterances": [{"file": f, "placed": p, "media_start_s": s, "translation": t}
+                               for f, p, s, t in pieces]}
+    # Sentence by sentence (old) against in pieces (new), the pieces out of order in the
+    # report: each file's translation is its pieces in source order.
+    old = rows(("a", 0, 0.0, "E vale a pena mencionar de passagem que"),
+               ("b", 1, 5.0, "Então no mesmo"))
+    new = rows(("a", 0, 1.2, "mencionar de passagem que"), ("a", 0, 0.0, "E vale a pena"),
+               ("b", 1, 5.0, "Então, no mesmo"), ("c", 2, 9.0, "não no antigo"))
+    got = translation_chrf(old, new)
+    assert got["files"] == 2 and got["same"] == 1 and 80 < got["chrf"] < 100
+    assert translation_chrf(old, old)["chrf"] == 100
+    assert "translations, new against old: chrF" in compare(old, new)
+    assert translation_chrf(old, rows(("z", 0, 0.0, "x"))) is None

@@ -76,6 +76,36 @@ def test_an_utterance_grows_then_is_final_translated_and_timed():
     assert kinds == ["hello"] + ["actor"] * 6 + ["utterance"] * 2 + ["stats"]
 
 
+def test_a_sentence_committed_in_pieces_is_one_row_that_grows():
+    r = room()
+    (_, a), = r.apply(Transcript(utt="p1", text="And it is worth", media_start_s=1.0,
+                                 media_end_s=2.2))
+    r.apply(Translation(utt="p1", text="E vale a pena", media_start_s=1.0, media_end_s=2.2))
+    r.apply(PlaybackEvent(utt="p1", event="started", trace=trace(100 * S)))
+    # The next piece starts where the first ended: its draft already shows in the same row.
+    (_, b), = r.apply(Transcript(utt="p2", text="mentioning", final=False, media_start_s=2.2,
+                                 media_end_s=3.0))
+    assert (b["utt"], b["order"]) == ("p1", a["order"])
+    assert b["source"] == "And it is worth mentioning" and not b["source_final"]
+    r.apply(Transcript(utt="p2", text="mentioning in passing.", media_start_s=2.2,
+                       media_end_s=3.5))
+    (_, b), = r.apply(Translation(utt="p2", text="mencionar de passagem.", media_start_s=2.2,
+                                  media_end_s=3.5))
+    assert b["target"] == "E vale a pena mencionar de passagem." and b["target_final"]
+    assert b["latency_s"] == 2.3 and not b["spoken"]   # its second piece is still to come
+    (_, b), _ = r.apply(PlaybackEvent(utt="p2", event="started", trace=trace(104 * S)))
+    assert b["spoken"] and b["latency_s"] == 2.3          # when the sentence was first heard
+    # A piece after a sentence's end, and one after a pause, start rows of their own.
+    (_, c), = r.apply(Transcript(utt="p3", text="Then in the same", media_start_s=3.5,
+                                 media_end_s=4.4))
+    (_, d), = r.apply(Transcript(utt="p4", text="Apart.", media_start_s=6.0, media_end_s=7.0))
+    assert (c["utt"], d["utt"]) == ("p3", "p4") and c["order"] < d["order"]
+    rows = [u for kind, u in r.snapshot() if kind == "utterance"]
+    assert [u["source"] for u in rows] == ["And it is worth mentioning in passing.",
+                                           "Then in the same", "Apart."]
+    assert "00:00:01,000 --> 00:00:02,200\nAnd it is worth" in r.subtitles("source", "srt")
+
+
 def test_a_translation_not_spoken_is_said_so_on_the_page_and_in_the_subtitles():
     r = room()
     r.apply(Transcript(utt="u1", text="First.", media_start_s=0.5, media_end_s=1.5))

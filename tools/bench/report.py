@@ -179,7 +179,8 @@ def markdown(report: dict) -> str:
                      f"{fmt(asr.get('reference_words'))} words)")
         lines.append(f"- MT BLEU {fmt(mt.get('bleu'), 2)}, chrF {fmt(mt.get('chrf'), 2)}")
         lines.append(f"- round trip WER {fmt(rt.get('wer'), 4)}, chrF {fmt(rt.get('chrf'), 2)}"
-                     f" ({fmt(rt.get('utterances'))} utterances)")
+                     f" ({fmt(rt.get('sentences'))} sentences of {fmt(rt.get('pieces'))} "
+                     "pieces, each heard whole)")
 
     resources = as_dict(report.get("resources"))
     if resources:
@@ -262,9 +263,28 @@ def markdown(report: dict) -> str:
                              ("StartOffset", "start_offset_nca_s", "start_offset_s"),
                              ("EndOffset", "end_offset_nca_s", "end_offset_s"),
                              ("LAAL", "laal_s", "laal_ca_s"), ("ATD", "atd_s", "atd_ca_s"))])
-        lines += ["", f"Per utterance (each its own source, mean over "
-                      f"{fmt(lf.get('sentences'))}): LAAL_CA "
-                      f"{fmt(lf.get('laal_ca_sentence_mean_s'))} s"]
+    sentences = report.get("sentences")
+    if isinstance(sentences, dict) and isinstance(sentences.get("offsets"), dict):
+        off, joins = as_dict(sentences.get("offsets")), as_dict(sentences.get("joins"))
+        lines += ["", "## Sentences", "",
+                  f"{fmt(sentences.get('count'))} sentences of {fmt(sentences.get('pieces'))} "
+                  "pieces (asr's commits; mt joins them). Each sentence its own source: "
+                  "p50 (mean) over the sentences heard.", ""]
+        lines += table(["figure", "s", "computation aware", "s"],
+                       [[name, f"{fmt(get(off, key, 'p50'))} ({fmt(get(off, key, 'mean'))})",
+                         f"{name}_CA",
+                         f"{fmt(get(off, ca, 'p50'))} ({fmt(get(off, ca, 'mean'))})"]
+                        for name, key, ca in (
+                            ("StartOffset", "start_offset_nca_s", "start_offset_s"),
+                            ("EndOffset", "end_offset_nca_s", "end_offset_s"),
+                            ("LAAL", "laal_s", "laal_ca_s"))])
+        lines += ["", f"- joins inside a sentence: {fmt(joins.get('joins'))}; holes (the "
+                      f"player waited): {fmt(joins.get('holes'))}, "
+                      f"{fmt(joins.get('hole_s_total'))} s in all, longest "
+                      f"{fmt(joins.get('hole_s_max'))} s; silence heard at a join p50 "
+                      f"{fmt(get(joins, 'silence_s', 'p50'))} s, max "
+                      f"{fmt(get(joins, 'silence_s', 'max'))} s; clicks "
+                      f"{fmt(joins.get('clicks'))} (largest step {fmt(joins.get('step_max'))})"]
 
     soak = report.get("soak")
     if isinstance(soak, dict):

@@ -60,6 +60,36 @@ def _metrics(old: dict, new: dict) -> list[tuple[str, Any, Any, str]]:
     return out
 
 
+def _by_file(report: dict) -> dict[tuple, str]:
+    """Each corpus file's translation: its utterances' translations in source order, joined."""
+    files: dict[tuple, list] = {}
+    for row in report.get("utterances") or ():
+        if isinstance(row, dict) and row.get("file") is not None:
+            files.setdefault((row["file"], row.get("placed")), []).append(
+                (row.get("media_start_s") or 0.0, row.get("translation") or ""))
+    return {k: " ".join(t for _s, t in sorted(v) if t) for k, v in files.items()}
+
+
+def translation_chrf(old: dict, new: dict) -> dict | None:
+    """The chrF of the new report's translations against the old one's, file by file.
+
+    The latency-quality trade-off of a policy: run the same corpus sentence by sentence
+    (old) and with the policy (new); what the policy changed in the translation, not what
+    the translation gets wrong against a human reference (`quality`). Files both reports
+    interpreted, each as its utterances' translations joined in source order; chrF as
+    `metrics.mt_scores` computes it. None when the reports share no file.
+    """
+    a, b = _by_file(as_dict(old)), _by_file(as_dict(new))
+    keys = sorted(set(a) & set(b), key=str)
+    if not keys:
+        return None
+    from voxweft.tools.bench.metrics import mt_scores
+
+    scores = mt_scores([b[k] for k in keys], [a[k] for k in keys])
+    return {"chrf": scores["chrf"], "bleu": scores["bleu"], "files": len(keys),
+            "same": sum(a[k] == b[k] for k in keys)}
+
+
 def _regressed(old: float, new: float, kind: str) -> bool:
     if kind == "cost":
         return new > old * (1 + COST_TOLERANCE) if old > 0 else new > old
@@ -76,7 +106,8 @@ def compare(old: dict, new: dict) -> str:
     transport and mode, WER/BLEU/chrF (ASR, MT, round trip), per-actor peak RSS and CPU. A
     latency, bus, RSS or CPU figure regressed when it rose by more than ``COST_TOLERANCE``
     (10 %); a quality figure regressed when it got worse at all (WER up, BLEU/chrF down).
-    Figures missing in both reports are left out; one missing on a side shows "-". A schema
+    Figures missing in both reports are left out; one missing on a side shows "-". Then
+    how far the new translations are from the old ones (`translation_chrf`). A schema
     other than ``voxweft-bench/2`` gives a warning line (in /1 the spoken share counted the
     words transcribed); the keys both reports have are still compared.
     """
@@ -102,5 +133,10 @@ def compare(old: dict, new: dict) -> str:
             line += f"  {REGRESSION}"
             regressions += 1
         lines.append(line)
+    against = translation_chrf(old, new)
+    if against:
+        lines.append(f"translations, new against old: chrF {fmt(against['chrf'], 1)}, BLEU "
+                     f"{fmt(against['bleu'], 1)} ({against['files']} files, "
+                     f"{against['same']} the same)")
     lines.append(f"{regressions} regression(s)")
     return "\n".join(lines) + "\n"

@@ -43,7 +43,7 @@ from voxweft.protocol.messages import (
     Translation,
     VadEvent,
 )
-from voxweft.tools.bench import readers, room, terms
+from voxweft.tools.bench import readers, room, sentences, terms
 from voxweft.tools.bench.reportfiles import BenchError, write
 from voxweft.tools.bench.reportformat import SCHEMA
 from voxweft.tools.bench.score import analyse
@@ -170,7 +170,7 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
     frozen = out / "topology.toml"
     frozen.write_text(topology.dumps(), encoding="utf-8")
     arrays: dict[str, np.ndarray] = {}
-    segments, spoken = [], {}
+    segments = []
     for utt in collected.committed[:FLOOR_MAX]:
         t = collected.transcripts.get(utt)
         if t is None:
@@ -178,9 +178,15 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
         a, b = int(round(t.media_start_s * BUS_RATE)), int(round(t.media_end_s * BUS_RATE))
         arrays[f"seg_{utt}"] = session[a:b]
         segments.append(utt)
-        if collected.speech.get(utt):
-            arrays[f"spk_{utt}"] = np.concatenate(collected.speech[utt])
-            spoken[utt] = collected.speech_rate[utt]
+    # The round trip hears each sentence as the listener did: its pieces' speech back to back.
+    spoken, pieces = {}, {}
+    for sentence in sentences.group(_pieces(collected)):
+        said = [u for u in sentence if u in segments and collected.speech.get(u)
+                and collected.speech_rate[u] == collected.speech_rate[sentence[0]]]
+        if said and said[0] == sentence[0]:
+            arrays[f"spk_{said[0]}"] = np.concatenate([c for u in said
+                                                      for c in collected.speech[u]])
+            spoken[said[0]], pieces[said[0]] = collected.speech_rate[said[0]], said
     meta = {"topology": str(frozen), "src_lang": src, "tgt_lang": tgt,
             "segments": segments, "spoken": spoken,
             "speed": {u: collected.speed.get(u, 1.0) for u in segments}}
@@ -202,7 +208,19 @@ def _floor(out: Path, topology: Topology, collected: BenchCollector, session: np
         (out / "floor.log").write_text(proc.stdout + proc.stderr)
         raise BenchError(f"the in-process floor failed (see {out / 'floor.log'}): "
                          f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    return json.loads(result_path.read_text())
+    result = json.loads(result_path.read_text())
+    result["back_pieces"] = pieces
+    return result
+
+
+def _pieces(collected: BenchCollector) -> list[sentences.Piece]:
+    """The committed utterances as `sentences.group` takes them, in commit order."""
+    out = []
+    for utt in collected.committed:
+        t, tr = collected.transcripts.get(utt), collected.translations.get(utt)
+        out.append((utt, t.media_start_s if t else None, t.media_end_s if t else None,
+                    t.text if t else "", tr.text if tr else ""))
+    return out
 
 
 def _engines(topology: Topology) -> dict[str, str]:

@@ -68,6 +68,8 @@ def utterance_rows(collected: BenchCollector, placed: list[Placed], floor: dict,
             "media_end_s": round(t.media_end_s, 3) if t else None,
             "speech_s": _round(speech_seconds(t.trace if t else ev.trace if ev else ())),
             "text": t.text if t else None, "translation": tr.text if tr else None,
+            # What the round trip heard of the sentence this piece begins (None on its
+            # other pieces: the sentence is heard whole, `sentences`)
             "back_text": floor.get("back", {}).get(utt),
             "played": utt in collected.started, "speed": collected.speed.get(utt),
             # False: the player gave up on it part of the way (a chunk came too late)
@@ -119,25 +121,38 @@ def _round(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def _first_voiced(collected: BenchCollector, utt: str, first_audio_s: float | None,
-                  ) -> float | None:
-    """End of speech -> the first *voiced* sample heard.
+def voiced_bounds(audio: np.ndarray, rate: int) -> tuple[float, float] | None:
+    """(lead, tail): the seconds of silence audio starts and ends with (None: all silent).
 
-    That is the first audio plus the silence its speech begins with (10 ms windows, up to
-    the first louder than VOICED_RMS).
+    Silence: 10 ms windows no louder than VOICED_RMS.
     """
-    chunks = collected.speech.get(utt)
-    if first_audio_s is None or not chunks:
-        return None
-    audio, rate = np.concatenate(chunks), collected.speech_rate[utt]
     win = max(1, rate // 100)
     n = len(audio) // win
     if n == 0:
         return None
     rms = np.sqrt(np.mean(audio[:n * win].reshape(n, win) ** 2, axis=1))
     loud = np.flatnonzero(rms > VOICED_RMS)
-    lead = int(loud[0]) * win if loud.size else len(audio)
-    return round(float(first_audio_s) + lead / rate, 3)
+    if not loud.size:
+        return None
+    return float(loud[0] * win / rate), float((len(audio) - (loud[-1] + 1) * win) / rate)
+
+
+def _first_voiced(collected: BenchCollector, utt: str, first_audio_s: float | None,
+                  ) -> float | None:
+    """End of speech -> the first *voiced* sample heard.
+
+    That is the first audio plus the silence its speech begins with (`voiced_bounds`; all
+    of it when none is voiced).
+    """
+    chunks = collected.speech.get(utt)
+    if first_audio_s is None or not chunks:
+        return None
+    audio, rate = np.concatenate(chunks), collected.speech_rate[utt]
+    if len(audio) < max(1, rate // 100):
+        return None
+    bounds = voiced_bounds(audio, rate)
+    lead = bounds[0] if bounds else len(audio) / rate
+    return round(float(first_audio_s) + lead, 3)
 
 
 def _drafts_taken(collected: BenchCollector, utt: str, drafted: list[str]) -> dict:

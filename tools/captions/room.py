@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from voxweft.actors.phrases import Sentence
 from voxweft.deploy.events import DOWN, describe
 from voxweft.protocol.messages import (
     PlaybackEvent,
@@ -155,6 +156,12 @@ class Room:
         self.counted: dict[str, tuple[float | None, bool]] = {}   # utt -> in the tally
         self.speech_s: dict[str, float] = {}   # utt -> its seconds of speech, once known
         self.session = secrets.token_hex(4)   # a restarted server is a new session
+        # A sentence asr committed in pieces is one row that grows (mt's rule: a piece that
+        # starts where the last ended goes on its sentence, `actors.phrases`).
+        self.rows: dict[str, list[str]] = {}   # row (its first piece) -> its pieces
+        self.row_of: dict[str, str] = {}       # piece -> its row
+        self.sentence = Sentence()             # the open sentence of the final sources
+        self.last_final: str | None = None     # the piece it ends with
 
     # -- what a browser gets ----------------------------------------------------------------
     def hello(self) -> Event:
@@ -182,7 +189,7 @@ class Room:
     def snapshot(self) -> list[Event]:
         """Everything, for a browser that (re)connects."""
         return [self.hello(), *(("actor", dict(a)) for a in self.actors.values()),
-                *(("utterance", dict(u)) for u in self.utts.values()), self.stats()]
+                *(self._row(row) for row in self.rows), self.stats()]
 
     # -- from the bus -----------------------------------------------------------------------
     def apply(self, msg, now: float | None = None) -> list[Event]:
@@ -238,7 +245,8 @@ class Room:
         self.heard.pop(msg.actor, None)
         return [("actor", dict(actor))]
 
-    def _utterance(self, utt: str) -> dict:
+    def _utterance(self, utt: str, media_start_s: float | None = None) -> dict:
+        """The piece `utt`, made (in a row of its own, or the open sentence's) if new."""
         u = self.utts.get(utt)
         if u is None:
             self.order += 1
@@ -246,25 +254,60 @@ class Room:
                                   "source_final": False, "target_final": False,
                                   "spoken": False, "not_spoken": "", "latency_s": None,
                                   "stages": {}, "ignored": ""}
+            sources, _said = (self.sentence.before(media_start_s) if media_start_s is not None
+                              else ([], []))
+            row = self.row_of.get(self.last_final) if sources and self.last_final else None
+            row = row if row in self.rows else utt
+            self.row_of[utt] = row
+            self.rows.setdefault(row, []).append(utt)
             while len(self.utts) > KEEP:
                 old, _ = self.utts.popitem(last=False)
                 self.media.pop(old, None)
                 self.counted.pop(old, None)   # stays in the totals
                 self.speech_s.pop(old, None)
+                row = self.row_of.pop(old, old)
+                if old in self.rows.get(row, ()):
+                    self.rows[row].remove(old)
+                if not self.rows.get(row):
+                    self.rows.pop(row, None)
         return u
 
+    def _row(self, utt: str) -> Event:
+        """The page event of the row `utt` is in: its pieces' texts joined, as one caption.
+
+        The row is final when every piece is, spoken when every piece was, and its latency is
+        its first piece's: when the listener first heard the sentence.
+        """
+        row = self.row_of.get(utt, utt)
+        pieces = [self.utts[p] for p in self.rows.get(row, [utt]) if p in self.utts]
+        out = dict(pieces[0])
+        out["utt"] = row
+        for side in ("source", "target"):
+            out[side] = " ".join(p[side] for p in pieces if p[side])
+            out[f"{side}_final"] = all(p[f"{side}_final"] for p in pieces)
+        out["spoken"] = all(p["spoken"] for p in pieces)
+        out["not_spoken"] = "; ".join(dict.fromkeys(p["not_spoken"] for p in pieces
+                                                    if p["not_spoken"]))
+        timed = next((p for p in pieces if p["latency_s"] is not None), pieces[0])
+        out["latency_s"], out["stages"] = timed["latency_s"], timed["stages"]
+        return "utterance", out
+
     def _text(self, msg: Transcript | Translation) -> list[Event]:
-        u = self._utterance(msg.utt)
+        u = self._utterance(msg.utt, msg.media_start_s)
         side = "source" if isinstance(msg, Transcript) else "target"
         if u[f"{side}_final"] or (u[side] == msg.text and not msg.final):
             return []   # a final text is never replaced by a draft, nor sent again
         u[side], u[f"{side}_final"] = msg.text, msg.final
         if msg.final:
             self.media[msg.utt] = (msg.media_start_s, msg.media_end_s)
+            if side == "source":   # the sentence goes on with this piece, or ends
+                # (its source stands for the translation: the row needs no translation)
+                self.sentence.add(msg.media_start_s, msg.media_end_s, msg.text, msg.text)
+                self.last_final = msg.utt
             if self._speech(msg.utt, msg.trace) and msg.utt in self.counted:
                 self._count(msg.utt, u)   # its fate came first, without its speech
-                return [("utterance", dict(u)), self.stats()]
-        return [("utterance", dict(u))]
+                return [self._row(msg.utt), self.stats()]
+        return [self._row(msg.utt)]
 
     def _speech(self, utt: str, trace) -> bool:
         """Keep the utterance's seconds of speech from a trace; True when they are new."""
@@ -283,7 +326,7 @@ class Room:
         u = self._utterance(key)
         u["ignored"] = f"{max(msg.end_s - msg.media_s, 0.0):.1f} s not interpreted: {msg.reason}"
         u["source_final"] = u["target_final"] = True   # nothing more will come for it
-        return [("utterance", dict(u)), self.stats()]
+        return [self._row(key), self.stats()]
 
     def _playback(self, msg: PlaybackEvent) -> list[Event]:
         if msg.event not in ("started", "skipped", "finished") or (
@@ -301,7 +344,7 @@ class Room:
             if u["latency_s"] is not None:
                 self.lag_s = u["latency_s"]
         self._count(msg.utt, u)
-        return [("utterance", dict(u)), self.stats()]
+        return [self._row(msg.utt), self.stats()]
 
     def _count(self, utt: str, u: dict) -> None:
         """Count the utterance in the totals again: its fate, or its speech, is new."""
