@@ -19,6 +19,7 @@ from tests.conftest import ROOT, VOXWEFT
 from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
 from voxweft.deploy.supervisor import BusWatcher
 from voxweft.deploy.topology import load
+from voxweft.tools.bench import sentences
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 #: How long a kill waits for its victim to hold work before it kills it anyway.
@@ -103,6 +104,15 @@ def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):
     print(f"chaos: {len(transcripts)} utterances, {len(kills)} kills, latency p50 "
           f"{median:.2f} s")
     wall = {r["utt"]: r.get("speech_end_ns") for r in rows}
+    # The kills that came while a sentence committed in pieces was in flight: after its first
+    # piece's speech ended, before its last piece was heard.
+    groups = sentences.group((t["utt"], t["media_start_s"], t["media_end_s"], t["text"], "-")
+                             for t in transcripts)
+    spans = [(wall[g[0]] / 1e9, (wall[g[-1]] / 1e9 + lat[g[-1]])) for g in groups
+             if len(g) > 1 and wall.get(g[0]) and wall.get(g[-1]) and lat.get(g[-1])]
+    amid = [victim for when, victim, _ in kills if any(a <= when <= b for a, b in spans)]
+    print(f"chaos: {sum(len(g) > 1 for g in groups)} sentences in pieces; kills while one was "
+          f"in flight: {len(amid)} ({', '.join(amid)})")
     for when, victim, _ in kills:
         after = [u for u, ns in wall.items() if ns and ns / 1e9 >= when - 2]
         nxt = min(after, key=lambda u: wall[u]) if after else None
