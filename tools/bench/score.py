@@ -41,9 +41,9 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
     rows = utterance_rows(collected, placed, floor, t0_ns)
     groups = sentences.group((r["utt"], r["media_start_s"], r["media_end_s"], r["text"],
                               r["translation"]) for r in rows)
-    for group in groups:
-        for utt in group:
-            next(r for r in rows if r["utt"] == utt)["sentence"] = group[0]
+    head = {utt: group[0] for group in groups for utt in group}
+    for r in rows:
+        r["sentence"] = head[r["utt"]]
     latency = {key: summarize([r[key] for r in rows])
                for key in ("speech_end_to_first_voiced_s", "speech_end_to_first_audio_s",
                            "segment_to_first_audio_s")}
