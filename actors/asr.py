@@ -15,6 +15,7 @@ from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.engines.asr import AsrEngine
 from voxweft.actors.loudness import levelled
+from voxweft.actors.phrases import Sentence
 from voxweft.protocol.messages import (
     BUS_RATE,
     Cut,
@@ -136,6 +137,9 @@ class AsrActor(EngineActor):
         # The last piece committed: a piece that starts where it ended (a cut, a forced
         # split) is decoded with it (see `_joined`).
         self.before: Before | None = None
+        # The open sentence's committed pieces: sent with each piece (Transcript.context),
+        # so that a restarted mt knows what it goes on (actors.phrases).
+        self.sentence = Sentence()
         # A grown draft's age is read on one clock only (the segmenter's host is ours).
         self.same_clock = topology.same_host("segmenter", self.name)
 
@@ -210,6 +214,7 @@ class AsrActor(EngineActor):
         if msg.stream != self.stream:
             self.stream, self.media_ms = msg.stream, 0
             self.taken.clear()
+            self.sentence = Sentence()
         if is_draft(msg):
             if msg.growing and not (self.agree or self._worth_checking(msg.utt)):
                 self.counters["rechecks_skipped"] += 1
@@ -342,10 +347,12 @@ class AsrActor(EngineActor):
         self.log.info("asr: %s%s [%s] %r (%.2f s audio, %.0f ms)", msg.utt,
                       " (draft)" if is_draft(msg) else "", lang, text, msg.duration_s,
                       spent * 1000)
+        context, _ = self.sentence.before(msg.media_start_s)
         if not is_draft(msg):
             self.pauses.pop(msg.utt, None)
             self.hypotheses.pop(msg.utt, None)
             self._committed(msg, pcm, lang, text)
+            self.sentence.add(msg.media_start_s, msg.media_end_s, text, text)
         else:
             if msg.growing:
                 self.counters["rechecks"] += 1
@@ -363,4 +370,4 @@ class AsrActor(EngineActor):
                 return
         yield Transcript(utt=msg.utt, src_lang=lang, text=text, final=msg.final,
                          media_start_s=msg.media_start_s, media_end_s=msg.media_end_s,
-                         trace=trace)
+                         goes_on=msg.goes_on, context=list(context), trace=trace)

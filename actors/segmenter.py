@@ -288,4 +288,5 @@ class SegmenterActor(Actor):
         return Segment(utt=utt, stream=self.stream, src_lang=self.config.src_lang,
                        sample_rate=BUS_RATE, pcm=u.pcm,
                        media_start_s=u.start_sample / BUS_RATE, media_end_s=u.end_sample / BUS_RATE,
-                       forced=u.forced, final=final, growing=growing, trace=trace)
+                       forced=u.forced, goes_on=u.goes_on, final=final, growing=growing,
+                       trace=trace)

@@ -176,7 +176,8 @@ class UtteranceSegmenter(Floor):
         """
         if not self._in_speech or not self._start < speech_end <= end < self._speech_end:
             return []
-        events: list[Event] = [UtteranceEnded(self._emit(end, speech_end, forced=False))]
+        events: list[Event] = [UtteranceEnded(self._emit(end, speech_end, forced=False,
+                                                         goes_on=True))]
         self._continuation = True   # the same speech going on: no pre-roll, no minimum
         self._paused_at = None
         self._start = self._speech_start = end
@@ -284,7 +285,7 @@ class UtteranceSegmenter(Floor):
             cut = window_start + WINDOW_SAMPLES // 2
         else:
             cut = scored_end
-        events.append(UtteranceEnded(self._emit(cut, cut, forced=True)))
+        events.append(UtteranceEnded(self._emit(cut, cut, forced=True, goes_on=True)))
         # The rest is the same speech continuing: no pre-roll, no minimum length.
         self._in_speech = True
         self._continuation = True
@@ -297,7 +298,8 @@ class UtteranceSegmenter(Floor):
         self._recent.extend(recent)
         events.append(SpeechStarted(self._next_index, cut))
 
-    def _utterance(self, end: int, speech_end: int, forced: bool) -> Utterance:
+    def _utterance(self, end: int, speech_end: int, forced: bool,
+                   goes_on: bool = False) -> Utterance:
         """The open utterance as ``[start, end)``, without closing it."""
         pcm = self._buffer.copy(self._start, end)
         # Read-only: one Utterance is typically shared by several consumers (ASR, recorder).
@@ -310,10 +312,12 @@ class UtteranceSegmenter(Floor):
             speech_end_sample=speech_end,
             pcm=pcm,
             forced=forced,
+            goes_on=goes_on,
         )
 
-    def _emit(self, end: int, speech_end: int, forced: bool) -> Utterance:
-        utterance = self._utterance(end, speech_end, forced)
+    def _emit(self, end: int, speech_end: int, forced: bool,
+              goes_on: bool = False) -> Utterance:
+        utterance = self._utterance(end, speech_end, forced, goes_on)
         self._next_index += 1
         self._floor = end
         return utterance

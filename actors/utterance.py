@@ -31,6 +31,9 @@ class Utterance:
     speech_end_sample: int  # last speech window end (without post-roll); the cut if forced
     pcm: np.ndarray  # float32 copy of stream[start_sample:end_sample], bit-identical, read-only
     forced: bool  # True when cut by max_segment_s
+    #: The same speech goes on in the next utterance, from this one's last sample (a cut at
+    #: agreed words, a forced split inside speech): more of its sentence is coming.
+    goes_on: bool = False
 
     @property
     def duration_s(self) -> float:

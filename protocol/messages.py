@@ -133,6 +133,9 @@ class Segment(PcmMessage):
     media_start_s: float = 0.0
     media_end_s: float = 0.0
     forced: bool = False      # cut at max_segment_s rather than at a pause
+    #: The same speech goes on in the next segment, from this one's end (a cut, a forced
+    #: split inside speech): its sentence is not over.
+    goes_on: bool = False
     #: False: a draft (see `is_draft`), sent when a pause begins, before the hangover commits.
     final: bool = True
     #: A draft sent while the speaker goes on after a pause, for asr alone: with more audio
@@ -186,6 +189,11 @@ class Transcript(Message):
     final: bool = True
     media_start_s: float = 0.0
     media_end_s: float = 0.0
+    #: The speech goes on in the next transcript (Segment.goes_on): its sentence is not over.
+    goes_on: bool = False
+    #: The source text of the earlier pieces of this one's sentence, as asr committed them
+    #: (actors.phrases): what mt translates this piece after, even if mt restarted meanwhile.
+    context: list[str] = field(default_factory=list)
     trace: Trace = ()
 
 

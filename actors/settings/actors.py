@@ -169,6 +169,14 @@ class AsrConfig(EngineConfig):
     level_dbfs: float = Between(-60.0, 0.0, -20.0)
 
 
+class MtConfig(EngineConfig):
+    """Text -> text, a sentence committed in pieces translated as one (`actors.phrases`)."""
+
+    # A piece the speech goes on from says all but its last hold_words new words; the next
+    # piece says them as the whole sentence puts them. 0 = say every word at once.
+    hold_words: int = Between(0, 4, 1)
+
+
 class TtsConfig(EngineConfig):
     """The voice, and how it catches up when the translation falls behind the speaker."""
 
@@ -224,7 +232,7 @@ CONFIG_TYPES: dict[str, type[ActorConfig]] = {
     "capture": CaptureConfig,
     "segmenter": SegmenterActorConfig,
     "asr": AsrConfig,
-    "mt": EngineConfig,
+    "mt": MtConfig,
     "tts": TtsConfig,
     "player": PlayerConfig,
 }

@@ -493,8 +493,13 @@ def test_a_prefix_said_again_where_the_audio_ends_is_cut(whisper, tmp_path):
     for utt, start, end in (("a", 29.72, 30.54), ("b", 30.54, 32.548)):
         pcm = audio[round(start * 16000):round(end * 16000)]
         pieces.append(Segment(utt=utt, stream="s", src_lang="en", pcm=pcm, media_start_s=start,
-                              media_end_s=end, trace=(("speech_end", 5, end),)))
+                              media_end_s=end, goes_on=utt == "a",
+                              trace=(("speech_end", 5, end),)))
     first, second = run_actor(actor, pieces, src="segmenter", loaded=True)
     assert words(first.text) == ["then", "in", "the", "same"]
     assert words(second.text) == ["operations", "with", "ugly", "ones"]
     assert actor.counters["joined"] == 1
+    # What mt needs to go on from the first piece, even if it restarted: the speech goes on
+    # after it, and the second carries the sentence's earlier pieces.
+    assert (first.goes_on, first.context) == (True, [])
+    assert (second.goes_on, second.context) == (False, [first.text])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from sacrebleu.metrics import CHRF
 
 from tests.unit.helpers import run_actor
 from voxweft.actors.mt import MtActor
-from voxweft.actors.phrases import Sentence, continuation
+from voxweft.actors.phrases import Sentence, continuation, split_held
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import Transcript
 
@@ -99,3 +101,81 @@ def test_pieces_with_a_pause_between_are_translated_alone(translator):
     out = run_actor(actor, _pieces(SENTENCES[1], gap=0.4), src="asr", loaded=True)
     assert [m.text for m in out] == [translator.translate(p, "en", "pt") for p in SENTENCES[1]]
     assert not actor.counters["pieces_continued"]
+
+
+@pytest.mark.parametrize(("words", "hold", "said", "held"), [
+    ("em passagem que tem um", 1, "em passagem que tem", ["um"]),
+    ("em passagem que tem um", 2, "em passagem que", ["tem", "um"]),
+    ("predecessores", 1, "predecessores", []),   # never every word: something is said
+    ("de passagem", 0, "de passagem", []),
+])
+def test_split_held_keeps_the_last_words_back(words, hold, said, held):
+    assert split_held(words, hold) == (said, held)
+
+
+def test_a_piece_holds_words_only_when_its_speech_and_sentence_go_on():
+    s = Sentence()
+    assert s.holds(0.0, 1.0, "And it is worth", goes_on=True)
+    assert not s.holds(0.0, 1.0, "And it is worth", goes_on=False)   # a pause follows
+    assert not s.holds(0.0, 1.0, "Produced the block books,", goes_on=True)   # a clause ends
+    assert not s.holds(0.0, 1.0, "It has never been surpassed.", goes_on=True)
+    s.add(0.0, 1.0, " ".join(["word"] * 58), "x")
+    assert not s.holds(1.0, 2.0, "three more words", goes_on=True)   # the sentence is too long
+
+
+def _goes_on(pieces):
+    """The pieces as asr sends them when the speech goes on from one to the next: each says
+    so, and carries its sentence's earlier pieces."""
+    return [dataclasses.replace(p, goes_on=i < len(pieces) - 1,
+                                context=[q.text for q in pieces[:i]])
+            for i, p in enumerate(pieces)]
+
+
+def _mt(translator, hold_words=1):
+    topo = load(None)
+    actor = MtActor(topo, topo.actors["mt"].model_copy(update={"hold_words": hold_words}))
+    actor.engine = translator
+    return actor
+
+
+def test_held_words_are_said_by_the_next_piece_as_the_sentence_puts_them(translator):
+    said = {}
+    for hold in (0, 1):
+        actor = _mt(translator, hold)
+        out = [run_actor(actor, _goes_on(_pieces(s, start=100.0 * k)), src="asr", loaded=True)
+               for k, s in enumerate(SENTENCES)]
+        said[hold] = [" ".join(m.text for m in o) for o in out]
+        print(hold, said[hold], dict(actor.counters))
+        if hold:
+            assert actor.counters["words_held"] >= 3
+    whole = [translator.translate(" ".join(s), "en", "pt") for s in SENTENCES]
+    chrf = CHRF()
+    assert chrf.corpus_score(said[1], [whole]).score >= chrf.corpus_score(said[0], [whole]).score
+    # The sentence's last word is said: nothing held is left behind.
+    for text, reference in zip(said[1], whole, strict=True):
+        assert text.split()[-1].strip(".") == reference.split()[-1].strip(".")
+
+
+def test_a_restarted_mt_goes_on_from_the_context_asr_sent(translator):
+    pieces = _goes_on(_pieces(SENTENCES[1]))
+    steady = run_actor(_mt(translator), pieces, src="asr", loaded=True)
+    for k in range(1, len(pieces)):
+        restarted = _mt(translator)   # remembers nothing of pieces[:k]
+        out = run_actor(restarted, pieces[k:], src="asr", loaded=True)
+        assert [m.text for m in out] == [m.text for m in steady[k:]], k
+        assert restarted.counters["contexts_replayed"] == 1
+    # Without the context, the held word would be lost: the piece is translated alone.
+    bare = run_actor(_mt(translator), [dataclasses.replace(pieces[1], context=[])],
+                     src="asr", loaded=True)
+    assert bare[0].text != steady[1].text
+
+
+def test_held_words_a_piece_that_does_not_join_says_first(translator):
+    first, second = _goes_on(_pieces(SENTENCES[1][:2]))
+    second = dataclasses.replace(second, media_start_s=second.media_start_s + 0.5, context=[])
+    actor = _mt(translator)
+    out = run_actor(actor, [first, second], src="asr", loaded=True)
+    alone = translator.translate(first.text, "en", "pt").split()
+    assert out[0].text.split() == alone[:-1]
+    assert out[1].text.split()[0] == alone[-1]
+    assert actor.counters["held_unjoined"] == 1

@@ -201,7 +201,7 @@ def test_two_clips_give_two_utterances_with_exact_pcm(vad, two_clip_stream):
     assert [u.index for u in found] == [0, 1]
     pre_roll = config.pre_roll_ms * BUS_RATE // 1000
     for utterance, (first_loud, last_loud) in zip(found, loud_ranges, strict=True):
-        assert not utterance.forced
+        assert not utterance.forced and not utterance.goes_on
         assert utterance.start_sample < first_loud and utterance.end_sample > last_loud
         assert_pcm_exact(utterance, stream)
         # Pre-roll present: onset minus the full pre-roll, and those first samples are the
@@ -299,6 +299,8 @@ def test_max_segment_splits_at_low_probability_points_without_losing_samples(vad
 
     assert len(pieces) >= math.ceil(len(speech) / max_samples)
     assert all(p.forced for p in pieces[:-1]) and not pieces[-1].forced
+    # Each forced piece says the speech goes on from its end (mt holds words for it).
+    assert all(p.goes_on for p in pieces[:-1]) and not pieces[-1].goes_on
     assert [p.index for p in pieces] == list(range(len(pieces)))
     for piece in pieces:
         assert len(piece.pcm) == piece.end_sample - piece.start_sample <= max_samples
@@ -493,6 +495,7 @@ def test_cut_commits_the_utterance_up_to_an_earlier_pause_and_goes_on(vad, clips
     assert (first.start_sample, first.end_sample, first.speech_end_sample) == (
         pause.start_sample, pause.end_sample, pause.speech_end_sample)
     assert first.pcm.tobytes() == pause.pcm.tobytes() and not first.forced
+    assert first.goes_on and not rest.goes_on   # the rest follows; nothing after it
     assert rest.start_sample == first.end_sample and rest.end_sample == whole[0].end_sample
     assert_pcm_exact(rest, stream)
     assert rest.index == first.index + 1
