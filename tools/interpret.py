@@ -216,7 +216,8 @@ class Collector:
                 if t:
                     f.write(json.dumps({"utt": utt, "lang": t.src_lang, "text": t.text,
                                         "media_start_s": round(t.media_start_s, 3),
-                                        "media_end_s": round(t.media_end_s, 3)},
+                                        "media_end_s": round(t.media_end_s, 3),
+                                        "goes_on": t.goes_on},
                                        ensure_ascii=False) + "\n")
         with open(out_dir / "translation.jsonl", "w", encoding="utf-8") as f:
             for utt in order:

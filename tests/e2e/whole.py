@@ -86,17 +86,23 @@ def by_clip(transcripts: list[dict], placed: list[tuple[float, Path]]) -> list[l
 def check_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
     """Every utterance exactly once, in order, at its time, recognisably, in the transcript,
     the translation and output.wav (by the player's journal). Returns the transcript rows."""
-    transcripts = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
+    transcripts = heard_whole(out, placed)
     translations = [json.loads(x) for x in (out / "translation.jsonl").read_text().splitlines()]
+    assert [t["utt"] for t in translations] == [t["utt"] for t in transcripts]
+    assert all(t["text"] for t in translations)
+
+    played_whole(out, [t["utt"] for t in transcripts])
+    return transcripts
+
+
+def heard_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
+    """Every clip transcribed once, in order, at its time, recognisably (transcript.jsonl)."""
+    transcripts = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
     for pieces, (at, clip) in zip(by_clip(transcripts, placed), placed, strict=True):
         assert abs(pieces[0]["media_start_s"] - at) < COVER_S, (pieces, at)
         said = " ".join(row["text"] for row in pieces)
         score = content_error(clip.with_suffix(".txt").read_text(), said)
         assert score <= CLIP_CER, (clip.name, score, said)
-    assert [t["utt"] for t in translations] == [t["utt"] for t in transcripts]
-    assert all(t["text"] for t in translations)
-
-    played_whole(out, [t["utt"] for t in transcripts])
     return transcripts
 
 
