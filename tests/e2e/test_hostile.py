@@ -5,15 +5,14 @@ crashes, the file comes out whole, and the actors' counters show the garbage."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.conftest import ROOT, VOXWEFT
-from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
+from tests.conftest import ROOT
+from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole, start_interpret
 from voxweft.deploy.supervisor import BusWatcher
 from voxweft.deploy.topology import load
 
@@ -22,13 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def test_garbage_on_every_bound_socket_crashes_nothing_loses_nothing(tmp_path):
     placed = build_recording(tmp_path / "talk.wav", utterances=10, seed=3, pause_s=(2.0, 5.0))
-    out = tmp_path / "out"
-    run_root = tmp_path / "runs"
-    run_root.mkdir()
-    proc = subprocess.Popen([*VOXWEFT, "interpret", "--input", str(tmp_path / "talk.wav"),
-                             "--out", str(out)], cwd=ROOT, text=True,
-                            env={**os.environ, "TMPDIR": str(run_root)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc, out, run_root = start_interpret(tmp_path)
     attacker, watcher = None, None
     try:
         deadline = time.monotonic() + 240

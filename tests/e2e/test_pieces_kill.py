@@ -10,14 +10,19 @@ import ast
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, VOXWEFT
-from tests.e2e.whole import ACTORS, actor_pid, build_recording, heard_whole, played_whole
+from tests.e2e.whole import (
+    ACTORS,
+    actor_pid,
+    build_recording,
+    heard_whole,
+    played_whole,
+    start_interpret,
+)
 from tests.unit.helpers import run_actor
 from voxweft.deploy.topology import load
 from voxweft.protocol import bus as wire
@@ -63,13 +68,7 @@ def _steady(rows: list[dict], said: dict[str, tuple[str, str]]) -> list[str]:
 
 def test_a_kill_between_the_pieces_of_a_sentence_loses_no_held_word(tmp_path):
     placed = build_recording(tmp_path / "talk.wav", utterances=20, seed=5, pause_s=(0.3, 0.8))
-    out = tmp_path / "out"
-    run_root = tmp_path / "runs"
-    run_root.mkdir()
-    proc = subprocess.Popen([*VOXWEFT, "interpret", "--input", str(tmp_path / "talk.wav"),
-                             "--out", str(out)], cwd=ROOT, text=True,
-                            env={**os.environ, "TMPDIR": str(run_root)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc, out, run_root = start_interpret(tmp_path)
     client = None
     kills: list[str] = []
     replayed = 0

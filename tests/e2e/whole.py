@@ -4,6 +4,8 @@ an `interpret` run, and the check that every utterance came out once, in order, 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import jiwer
@@ -11,7 +13,7 @@ import numpy as np
 import psutil
 import soundfile as sf
 
-from tests.conftest import corpus_clips, read_16k
+from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k
 from voxweft.tools.bench.metrics import normalize_text
 
 ACTORS = ("capture", "segmenter", "asr", "mt", "tts", "player")
@@ -45,6 +47,18 @@ def build_recording(path: Path, utterances: int, seed: int,
     parts.append(np.zeros(16000 * 2, np.float32))
     sf.write(path, np.concatenate(parts), 16000, subtype="PCM_16")
     return placed
+
+
+def start_interpret(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """`voxweft interpret` of tmp_path/talk.wav into tmp_path/out, its supervisord directory
+    under tmp_path/runs (TMPDIR, so `actor_pid` finds its actors): (process, out, runs)."""
+    out, run_root = tmp_path / "out", tmp_path / "runs"
+    run_root.mkdir()
+    proc = subprocess.Popen([*VOXWEFT, "interpret", "--input", str(tmp_path / "talk.wav"),
+                             "--out", str(out)], cwd=ROOT, text=True,
+                            env={**os.environ, "TMPDIR": str(run_root)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, out, run_root
 
 
 def actor_pid(tmp_root: Path, actor: str) -> int | None:
