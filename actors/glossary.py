@@ -45,6 +45,9 @@ PLACEHOLDER = "Zxq"
 _WORD = re.compile(r"\w+(?:-\w+)*", re.UNICODE)   # "Zaremba's": "Zaremba", "s"
 
 
+#: A glossary is a list of terms: read no more than this (a few thousand terms fit in 64 KiB).
+MAX_BYTES = 1024 * 1024
+
 class GlossaryError(ValueError):
     """A glossary file that cannot be used; the message names the line."""
 
@@ -81,7 +84,15 @@ class Glossary:
         """Parse the file at `path`; GlossaryError with the line at fault."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            if path.exists() and not path.is_file():   # a fifo or /dev/zero: read for ever
+                raise GlossaryError(f"glossary {path}: not a file; give a text file of "
+                                    "terms, one per line")
+            with path.open("rb") as f:
+                data = f.read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:
+                raise GlossaryError(f"glossary {path}: over {MAX_BYTES // 1024} KiB; a "
+                                    "glossary is a text file of terms, one per line")
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise GlossaryError(f"glossary {path}: cannot read it ({exc})") from None
         return cls.parse(text, str(path))

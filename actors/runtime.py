@@ -86,6 +86,8 @@ class Runtime(Traffic):
         self.stop = threading.Event()
         self.done = threading.Event()
         self.endpoint_peer: dict[str, str] = {}
+        # Each input socket hears one peer: what comes on it must be that peer's (see _receive).
+        self.socket_peer: dict[zmq.Socket, str] = {}
         self.ctx = zmq.Context()
         self.curve = None      # protocol.security.Curve where the bus leaves loopback (run())
         self.auth = None
@@ -220,16 +222,19 @@ class Runtime(Traffic):
                     bus.check(actor.name, peer, kind)
         # Whose heartbeat we take is whom we report unreachable when it falls silent.
         self.heard = {p: self.started for p, kinds in by_peer.items() if Status in kinds}
-        if by_peer:
-            sub = sockets.sub(self.ctx, [],
-                              sorted({bus.topic(k) for ks in by_peer.values() for k in ks}))
-            for peer in by_peer:
-                sockets.connect(sub, topo.pub_connect(peer), self.curve)
-                self.endpoint_peer[topo.pub_connect(peer)] = peer
+        # One socket per peer, so that a message that says it is another actor's (a Done
+        # forged by any publisher we hear would silence utterances) is known for what it is.
+        for peer, kinds in sorted(by_peer.items()):
+            sub = sockets.sub(self.ctx, [], sorted({bus.topic(k) for k in kinds}))
+            sockets.connect(sub, topo.pub_connect(peer), self.curve)
+            self.endpoint_peer[topo.pub_connect(peer)] = peer
+            self.socket_peer[sub] = peer
             inputs.append(sub)
         if bus.pulls(actor.name):
-            inputs.append(sockets.pull(self.ctx, [topo.push_connect()], self.curve))
+            pull = sockets.pull(self.ctx, [topo.push_connect()], self.curve)
+            inputs.append(pull)
             self.endpoint_peer[topo.push_connect()] = "segmenter"
+            self.socket_peer[pull] = "segmenter"
         self.push = None
         if self.push_types:
             try:

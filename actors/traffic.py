@@ -178,6 +178,15 @@ class Traffic:
                 if n <= 5 or n % 100 == 0:
                     log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
                 continue
+            peer = self.socket_peer.get(sock)
+            if peer is not None and msg.src != peer:   # forged, or a wiring error: not used
+                self.actor.counters["bad_src"] += 1
+                if self.actor.counters["bad_src"] in (1, 10, 100) or \
+                        self.actor.counters["bad_src"] % 1000 == 0:
+                    log.warning("%s: dropped a %s that says it is from %r on %s's socket (#%d)",
+                                self.actor.name, msg.TYPE, msg.src, peer,
+                                self.actor.counters["bad_src"])
+                continue
             self._note(msg)
             msg = self._in_our_clock(msg)
             if isinstance(msg, Done):

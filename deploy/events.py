@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
 import zmq
 from supervisor import childutils
 
@@ -150,11 +151,42 @@ class Listener:
         log.info("events: %s", describe(msg))
         self.send(msg)
 
-    def repeat(self, stop: threading.Event) -> None:
-        """Say every actor's latest state again each second."""
+    def repeat(self, stop: threading.Event, owner: Owner | None = None) -> None:
+        """Say every actor's latest state again each second; shut down when `owner` is gone."""
         while not stop.wait(REPEAT_S):
             for msg in list(self.latest.values()):
                 self.send(msg)
+            if owner is not None and owner.gone():
+                log.warning("events: the command that started this run (pid %d) is gone: "
+                            "stopping the actors and supervisord", owner.pid)
+                try:
+                    self.sup.rpc().supervisor.shutdown()
+                except Exception as exc:  # noqa: BLE001 - said; supervisord may be going
+                    log.error("events: could not shut supervisord down: %s", exc)
+                return
+
+
+class Owner:
+    """The process whose run this is; `gone()` once it has exited (a zombie is gone too)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self.started = psutil.Process(pid).create_time()
+        except psutil.Error:
+            self.started = None   # gone before we looked
+
+    def gone(self) -> bool:
+        """Whether the owner has ended (its pid free, a zombie, or another process's now)."""
+        if self.started is None:
+            return True
+        try:
+            proc = psutil.Process(self.pid)
+            return proc.create_time() != self.started or proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m voxweft.deploy.events", description=__doc__)
     parser.add_argument("--topology", required=True)
     parser.add_argument("--host", required=True)
+    parser.add_argument("--owner", type=int, default=0,
+                        help="pid of the command whose run this is: shut down when it is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")
@@ -174,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                   topology.events_bind(args.host), exc, args.host)
         return 2
     stop = threading.Event()
-    threading.Thread(target=listener.repeat, args=(stop,), daemon=True).start()
+    owner = Owner(args.owner) if args.owner else None
+    threading.Thread(target=listener.repeat, args=(stop, owner), daemon=True).start()
     try:
         while True:
             headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)

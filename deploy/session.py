@@ -9,6 +9,7 @@ tools.bench). It also holds the signals that stop a session as Ctrl-C does.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -83,7 +84,7 @@ def run_session(topology: Topology, collector, topics: list[bytes], out_dir: Pat
     original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)
-    sup.write(topology, HOST, captions)
+    sup.write(topology, HOST, captions, owner=os.getpid())   # gone with us, even on SIGKILL
     if captions is not None:
         print(f"voxweft: captions: {captions_url}", flush=True)
     # Subscribe before anything starts: the file source waits for every actor to be ready,

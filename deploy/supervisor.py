@@ -11,6 +11,7 @@ import io
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,21 @@ def default_run_dir(host: str) -> Path:
         raise SupervisorError(f"run directory: host {error}")
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     return Path(base) / f"voxweft-{os.getuid()}-{host}"
+
+
+def _check_own(folder: Path) -> None:
+    """Refuse a run folder this user did not make: a link, or another user's.
+
+    In /tmp anyone may make `voxweft-UID-HOST` first, and read or replace what is put in it.
+    """
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or \
+            info.st_uid != os.getuid():
+        what = "a link" if stat.S_ISLNK(info.st_mode) else \
+            "not a folder" if not stat.S_ISDIR(info.st_mode) else \
+            f"owned by uid {info.st_uid}, not you ({os.getuid()})"
+        raise SupervisorError(f"run directory {folder} is {what}: someone else may have made "
+                              "it; remove it or choose another --run-dir")
 
 
 @dataclass(frozen=True)
@@ -127,8 +143,11 @@ def _line(section: str, key: str, value: str) -> str:
 
 
 def render(topology: Topology, host: str, run_dir: Path,
-           captions: CaptionsProgram | None = None) -> str:
+           captions: CaptionsProgram | None = None, owner: int | None = None) -> str:
     """The supervisord config text for the actors placed on `host` (and the captions page).
+
+    `owner`: the pid of the command whose run this is (`interpret`, `bench`): when it is gone,
+    however it ended (SIGKILL too), the event listener shuts supervisord and the actors down.
 
     configparser writes it; every value from outside (the host's name, the environment, paths)
     is quoted and escaped, or refused with SupervisorError: none can end its line, open a
@@ -183,7 +202,8 @@ def render(topology: Topology, host: str, run_dir: Path,
     # Each actor's process state onto the bus: `status`, `watch` and `interpret` say which
     # actor is down and why (deploy.events). Not in the group: it is no actor.
     sections["eventlistener:events"] = {
-        "command": f"{python} -m voxweft.deploy.events {topology_args}",
+        "command": f"{python} -m voxweft.deploy.events {topology_args}" +
+                   (f" --owner {int(owner)}" if owner else ""),
         "directory": project_root,
         "events": "PROCESS_STATE",
         "buffer_size": 100,
@@ -253,8 +273,8 @@ class Supervisor:
             return False
 
     def write(self, topology: Topology, host: str,
-              captions: CaptionsProgram | None = None) -> None:
-        """Freeze the topology and render the config into the run directory."""
+              captions: CaptionsProgram | None = None, owner: int | None = None) -> None:
+        """Freeze the topology and render the config into the run directory (see `render`)."""
         if len(str(self.socket)) > 100:
             raise SupervisorError(f"run directory {self.run_dir} is too long for a unix socket "
                                   "path; choose a shorter --run-dir")
@@ -263,9 +283,12 @@ class Supervisor:
             raise SupervisorError(f"run directory {str(self.run_dir)!r} holds a space, a quote, "
                                   "'%' or another character supervisord cannot take in a path; "
                                   "choose another --run-dir")
-        conf = render(topology, host, self.run_dir, captions)
-        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        conf = render(topology, host, self.run_dir, captions, owner)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_own(self.run_dir)
         os.chmod(self.run_dir, 0o700)
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        _check_own(self.run_dir / "logs")
         (self.run_dir / "topology.toml").write_text(topology.dumps(), encoding="utf-8")
         self.conf.write_text(conf, encoding="utf-8")
         os.chmod(self.conf, 0o600)   # it may hold the captions page's access token

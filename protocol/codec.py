@@ -33,6 +33,8 @@ MIN_SAMPLE_RATE = 8000
 MAX_SAMPLE_RATE = 192_000
 # ... and what it makes is bounded by the duration: a segment is <= max_segment_s (<= 120 s).
 MAX_PCM_S = 600
+#: A float sample beyond this (30 dB over full scale) is no audio: its block is corrupt.
+MAX_FLOAT_SAMPLE = 32.0
 #: Every integer on the wire (seq, epoch, index, ns times, counters) is within +-2**62: a
 #: wall clock in ns reaches it in 2116, and two of them add up to no more than int64 holds,
 #: which is what msgpack packs (a peer's 2**64 once summed into a counter killed the
@@ -158,7 +160,23 @@ def _decode_pcm(header: dict, payload: bytes) -> np.ndarray:
                                        f"{frames} frames x {channels} ch x {dtype_name} "
                                        f"= {expected}")
     pcm = np.frombuffer(payload, dtype=dtype)
+    if dtype.kind == "f":
+        pcm = _clean(pcm)
     return pcm if channels == 1 else pcm.reshape(frames, channels)
+
+
+def _clean(pcm: np.ndarray) -> np.ndarray:
+    """Float samples as audio has them: a corrupt block cleaned, anything else as it came.
+
+    A block holding a sample no audio has (NaN, inf, or over MAX_FLOAT_SAMPLE) is corrupt:
+    NaN becomes silence and the rest is clipped to full scale, so one bad sample is one
+    click. Uncleaned, one NaN made the speaker gate's running level NaN, and every later word
+    was refused until a restart. Moderate overs (a loud float signal, a resampler's
+    overshoot) pass as they are: the ASR levels what it hears.
+    """
+    if pcm.size == 0 or (np.isfinite(pcm).all() and np.abs(pcm).max() <= MAX_FLOAT_SAMPLE):
+        return pcm
+    return np.clip(np.nan_to_num(pcm, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
 
 
 def decode(frames: list[bytes]) -> Message:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,8 +44,23 @@ from voxweft.protocol.messages import (
 )
 
 
+def printable(value):
+    """`value` with the characters a terminal obeys instead of showing written as escapes.
+
+    Text from the bus is anybody's: an escape sequence in a transcript or a reason must not
+    move the cursor, retitle or clear the terminal of the person tapping it.
+    """
+    if not isinstance(value, str) or value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in value)
+
+
 def describe(msg: Message, recv_ns: int) -> dict:
-    """The fields a person wants to see for one message."""
+    """The fields a person wants to see for one message, every text printable."""
+    return {k: printable(v) for k, v in _fields(msg, recv_ns).items()}
+
+
+def _fields(msg: Message, recv_ns: int) -> dict:
     row: dict = {"t": round(recv_ns / 1e9, 3), "topic": msg.topic().decode(), "src": msg.src,
                  "seq": msg.seq, "transit_ms": round((recv_ns - msg.sent_ns) / 1e6, 2)}
     if hasattr(msg, "utt"):
@@ -98,7 +114,7 @@ def tap(topology: Topology, args, curve=None) -> int:
     """Print every message on the bus until --count or --duration."""
     endpoints = [topology.pub_connect(a) for a in topology.actors]
     bus = BusClient(endpoints, [args.topic.encode()], curve)
-    record = open(args.record, "wb") if args.record else None   # noqa: SIM115 - closed below
+    record = _private(args.record) if args.record else None
     packer = msgpack.Packer(use_bin_type=True)
     seen = 0
     print(f"voxweft tap: listening on {', '.join(endpoints)}", file=sys.stderr)
@@ -127,6 +143,13 @@ def tap(topology: Topology, args, curve=None) -> int:
     return 0
 
 
+def _private(path) -> object:
+    """`path` opened to write, readable by its owner alone (a recording holds the talk)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)   # also when it was there before, with a wider mode
+    return os.fdopen(fd, "wb")
+
+
 def read_recording(path: Path):
     """Yield (receive_ns, frames) from a recording; bounded like the wire decoder."""
     with open(path, "rb") as f:
@@ -135,9 +158,11 @@ def read_recording(path: Path):
                                     max_bin_len=MAX_PAYLOAD_BYTES + MAX_HEADER_BYTES)
         try:
             for item in unpacker:
-                if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], int)):
+                if not (isinstance(item, list) and len(item) >= 3 and
+                        isinstance(item[0], int) and
+                        all(isinstance(x, bytes) for x in item[1:])):
                     raise ValueError("not a voxweft tap recording")
-                yield item[0], [bytes(x) for x in item[1:]]
+                yield item[0], list(item[1:])
         except (ValueError, msgpack.UnpackException) as exc:
             raise ValueError(f"{path}: {exc}") from None
 

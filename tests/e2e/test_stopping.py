@@ -4,6 +4,7 @@ tests/integration/test_supervision.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,31 +33,9 @@ def actor_pids(marker: str) -> list[int]:
                                                   ("bench", signal.SIGTERM),
                                                   ("bench", signal.SIGINT)])
 def test_signal_stops_and_keeps_partial_outputs(tmp_path, command, signum):
-    out = tmp_path / "out"
-    if command == "interpret":
-        session = tmp_path / "talk.wav"
-        write_session(session, corpus_clips() * 2, pause_s=1.5)
-        args = ["interpret", "--input", str(session), "--out", str(out)]
-    else:
-        corpus = tmp_path / "corpus"
-        corpus.mkdir()
-        for clip in corpus_clips():
-            shutil.copy(clip, corpus)
-            shutil.copy(clip.with_suffix(".txt"), corpus)
-        args = ["bench", "--corpus", str(corpus), "--out", str(out), "--pause-s", "1.5",
-                "--bus-seconds", "0"]
-    run_root = tmp_path / "runs"
-    run_root.mkdir()
-    proc = subprocess.Popen([*VOXWEFT, *args], cwd=ROOT,
-                            env={**os.environ, "TMPDIR": str(run_root)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)   # its own process group, as in a shell
+    proc, out, run_root = _start(tmp_path, command)
     try:
-        deadline = time.monotonic() + 240
-        for line in proc.stdout:   # the first translation: the pipeline is working
-            if "] pt:" in line or time.monotonic() > deadline:
-                break
-        assert actor_pids(str(run_root)), "no actor found running"
+        _wait_for_a_translation(proc, run_root)
         # Ctrl-C in a terminal: SIGINT to the whole foreground process group
         if signum == signal.SIGINT:
             os.killpg(proc.pid, signum)
@@ -79,3 +58,63 @@ def test_signal_stops_and_keeps_partial_outputs(tmp_path, command, signum):
     latency = json.loads((out / "latency.json").read_text())
     assert latency["partial"] is True and "SIG" in latency["stopped"]
     assert (out / "output.wav").exists() and (out / "logs" / "asr.log").exists()
+
+
+@pytest.mark.parametrize("command", ["interpret", "bench"])
+def test_sigkill_of_the_command_leaves_nothing_running(tmp_path, command):
+    """SIGKILL cannot be caught: supervisord's event listener sees its owner gone and shuts
+    the run down (before, supervisord and the actors ran on and held the ports)."""
+    proc, _out, run_root = _start(tmp_path, command)
+    try:
+        _wait_for_a_translation(proc, run_root)
+        proc.kill()
+        proc.wait(10)
+        t0 = time.monotonic()
+        while actor_pids(str(run_root)) and time.monotonic() - t0 < 30:
+            time.sleep(0.25)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for _ in range(10):   # what the test found is not left to the next
+            pids = actor_pids(str(run_root))
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+            time.sleep(0.5)
+    assert took < 15, f"supervisord and the actors ran on {took:.1f} s after the SIGKILL"
+    logs = list(run_root.glob("vw-*/logs/events.log"))
+    assert logs and "is gone: stopping the actors" in logs[0].read_text()
+
+
+def _start(tmp_path, command):
+    out = tmp_path / "out"
+    if command == "interpret":
+        session = tmp_path / "talk.wav"
+        write_session(session, corpus_clips() * 2, pause_s=1.5)
+        args = ["interpret", "--input", str(session), "--out", str(out)]
+    else:
+        corpus = tmp_path / "corpus"
+        corpus.mkdir()
+        for clip in corpus_clips():
+            shutil.copy(clip, corpus)
+            shutil.copy(clip.with_suffix(".txt"), corpus)
+        args = ["bench", "--corpus", str(corpus), "--out", str(out), "--pause-s", "1.5",
+                "--bus-seconds", "0"]
+    run_root = tmp_path / "runs"
+    run_root.mkdir()
+    proc = subprocess.Popen([*VOXWEFT, *args], cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(run_root)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)   # its own process group, as in a shell
+    return proc, out, run_root
+
+
+def _wait_for_a_translation(proc, run_root) -> None:
+    deadline = time.monotonic() + 240
+    for line in proc.stdout:   # the first translation: the pipeline is working
+        if "] pt:" in line or time.monotonic() > deadline:
+            break
+    assert actor_pids(str(run_root)), "no actor found running"

@@ -536,3 +536,30 @@ def test_no_actor_reads_another_actors_table():
             if re.search(r"topology\.actors\[|topology\.actors\.get\(", line):
                 found.append(f"{path.name}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e30])
+def test_one_bad_float_sample_from_the_bus_does_not_deafen_the_segmenter(bad):
+    """A frame with one NaN, inf or huge sample, as it comes off the wire, inside a
+    sentence: that sentence and the next one of the same speaker are still interpreted."""
+    from voxweft.protocol.codec import decode, encode
+
+    clips = [read_16k(c) for c in corpus_clips()]
+    gap = np.zeros(16000, np.float32)
+    stream = np.concatenate([gap, clips[1], gap, gap, clips[3], gap])
+    frames = frames_of(stream)
+    at = (len(gap) + len(clips[1]) // 2) // 320   # inside the first sentence's speech
+    poisoned = frames[at].pcm.copy()
+    poisoned[100] = bad
+    frames[at] = AudioFrame(sample_rate=16000, pcm=poisoned, media_s=frames[at].media_s,
+                            capture_ns=frames[at].capture_ns)
+    wire = [decode(encode(f)) for f in frames]
+    assert all(np.isfinite(f.pcm).all() and np.abs(f.pcm).max() <= 1.0 for f in wire)   # clean
+    topo = topology()
+    seg = SegmenterActor(topo, topo.actors["segmenter"])
+    out = run_actor(seg, wire + [EndOfStream(media_s=len(stream) / 16000)], src="capture")
+    finals = [m for m in out if isinstance(m, Segment) and m.final]
+    second = (2 * len(gap) + len(clips[1]) + len(gap)) / 16000
+    assert len(finals) == 2 and finals[1].media_start_s > second - 0.5, \
+        [(m.media_start_s, m.media_end_s) for m in finals]
+    assert not [m for m in out if isinstance(m, VadEvent) and m.event == "rejected"]

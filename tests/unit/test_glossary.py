@@ -139,3 +139,22 @@ def test_placeholders_stand_for_terms_mt_would_change_and_come_back_translated()
     assert g.missing(text, "Tradução automática para aparelhos auditivos.") == \
         ["próteses auditivas"]
     assert g.missing(text, "tradução automática para próteses auditivas") == []
+
+
+def test_a_glossary_that_is_no_text_file_of_terms_is_refused_not_read_whole(tmp_path):
+    import os
+
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"term = termo\n" * 100_000)   # 1.3 MB
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)   # opened, it would wait for a writer for ever
+    for path, words in ((big, "over 1024 KiB"), (fifo, "not a file"),
+                        (tmp_path, "not a file"), ("/dev/zero", "not a file")):
+        with pytest.raises(GlossaryError, match=words):
+            Glossary.read(path)
+    assert len(Glossary.read(_write(tmp_path / "ok.txt", "term = termo\n")).terms) == 1
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path

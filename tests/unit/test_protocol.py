@@ -602,3 +602,19 @@ def test_a_sender_stamps_its_identity_and_a_gapless_seq_per_type():
     assert sender.stamp(Transcript(utt="u2", text="b")).seq == 2
     assert sender.stamp(Status(state="ready")).seq == 2   # its own count per type
     assert Sender("mt").epoch != Sender("mt", epoch=1).epoch
+
+
+def test_float_pcm_off_the_wire_is_finite_and_within_full_scale():
+    pcm = np.array([np.nan, np.inf, -np.inf, 1e30, -2.0, 0.5, -0.25], np.float32)
+    got = decode(encode(AudioFrame(sample_rate=16000, pcm=pcm, media_s=0.0))).pcm
+    np.testing.assert_array_equal(got, np.array([0, 1, -1, 1, -1, 0.5, -0.25], np.float32))
+    for bad in (np.nan, np.inf, 33.0):   # one sample no audio has: the block is cleaned
+        got = decode(encode(AudioFrame(sample_rate=16000, pcm=np.array([bad, 2.0], np.float32),
+                                       media_s=0.0))).pcm
+        assert np.isfinite(got).all() and np.abs(got).max() <= 1.0
+    loud = np.array([2.5, -3.0, 0.1], np.float32)   # a loud float signal passes as it came
+    np.testing.assert_array_equal(
+        decode(encode(AudioFrame(sample_rate=16000, pcm=loud, media_s=0.0))).pcm, loud)
+    ints = np.array([32767, -32768, 5], np.int16)   # integers cannot be out of range
+    np.testing.assert_array_equal(
+        decode(encode(AudioFrame(sample_rate=16000, pcm=ints, media_s=0.0))).pcm, ints)

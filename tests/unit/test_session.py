@@ -3,6 +3,7 @@ supervisord and the bus: what it returns, what it keeps, what it leaves as it fo
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -23,7 +24,8 @@ class FakeSupervisor:
         self.run_dir = run_dir
         self.states = {"asr": ("RUNNING", 0)}
 
-    def write(self, topology, host, captions=None):
+    def write(self, topology, host, captions=None, owner=None):
+        assert owner == os.getpid()   # the run ends with this process, however it ends
         (self.run_dir / "logs").mkdir(parents=True)
         (self.run_dir / "logs" / "asr.log").write_text("asr: starting (pid 1)\n")
 

@@ -249,3 +249,26 @@ def test_a_hostile_environment_value_is_refused_or_passed_exactly(value):
     event("passed" if programs else "refused by render")
     for actor in ACTOR_NAMES if programs else ():
         assert programs[actor].environment["HOME"] == value
+
+
+def test_a_run_directory_someone_else_made_is_refused_not_used(tmp_path):
+    """In /tmp anyone may make `voxweft-UID-HOST` first: a link or another user's folder."""
+    topology = load(None)
+    target = tmp_path / "theirs"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(SupervisorError, match="is a link") as info:
+        Supervisor(link).write(topology, "local")
+    _one_line(info.value)
+    assert list(target.iterdir()) == []           # nothing written through the link
+    other = tmp_path / "other"
+    other.mkdir(mode=0o777)
+    if os.getuid() == 0:   # CI is root: hand it to nobody, as another user would have made it
+        os.chown(other, 65534, 65534)
+        with pytest.raises(SupervisorError, match="owned by uid 65534"):
+            Supervisor(other).write(topology, "local")
+        assert list(other.iterdir()) == []
+    mine = tmp_path / "mine"
+    Supervisor(mine).write(topology, "local")
+    assert (mine / "supervisord.conf").exists() and (mine.stat().st_mode & 0o777) == 0o700

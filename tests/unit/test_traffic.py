@@ -64,3 +64,32 @@ def test_the_heartbeat_sends_a_plain_status_when_its_report_fails():
     finally:
         sink.close(0)
         sock.close(0)
+
+
+def test_a_done_or_status_is_taken_only_from_the_socket_of_the_actor_it_names():
+    """A Done forged by another publisher we hear would silence that utterance for good."""
+    from voxweft.protocol.messages import Done
+
+    rt = _runtime()
+    pull = rt.ctx.socket(zmq.PULL)
+    pull.bind("inproc://player")
+    push = rt.ctx.socket(zmq.PUSH)
+    push.connect("inproc://player")
+    rt.socket_peer[pull] = "player"
+    try:
+        for forged in (stamp(Done(utt="u1"), src="tts", epoch=1, seq=1),
+                       stamp(Status(state="ready"), src="asr", epoch=1, seq=1)):
+            push.send_multipart(encode(forged))
+        import time
+
+        time.sleep(0.05)
+        rt._receive(pull)
+        assert "u1" not in rt.finished and "asr" not in rt.peers
+        assert rt.actor.counters["bad_src"] == 2
+        push.send_multipart(encode(stamp(Done(utt="u1"), src="player", epoch=1, seq=1)))
+        time.sleep(0.05)
+        rt._receive(pull)
+        assert "u1" in rt.finished and rt.actor.counters["bad_src"] == 2
+    finally:
+        push.close(0)
+        pull.close(0)
