@@ -28,6 +28,9 @@ import zmq.utils.z85
 
 KEYS_ENV = "VOXWEFT_KEYS"
 ZAP_DOMAIN = "voxweft"
+#: The work queue's sockets (PUSH): only hosts' keys, never a client's (a tap that connected
+#: a PULL there would take utterances from the ASR).
+WORK_DOMAIN = "voxweft-work"
 #: A refused peer may retry its handshake many times a second: said once per this many seconds.
 REFUSED_LOG_S = 10.0
 _log = logging.getLogger("voxweft.security")
@@ -112,14 +115,17 @@ class Curve:
     servers: dict[str, bytes]          # address -> the public key of the host bound there
     clients: dict[bytes, str]          # admitted public key -> its name
     addresses: tuple[str, ...] = ()    # admitted source addresses (empty: any)
+    workers: frozenset[bytes] = frozenset()   # keys admitted to a work queue: hosts' only
 
-    def bind(self, sock: zmq.Socket, endpoint: str) -> None:
-        """Bind `sock`; beyond loopback as a CURVE server whose clients ZAP checks."""
+    def bind(self, sock: zmq.Socket, endpoint: str, work: bool = False) -> None:
+        """Bind `sock`; beyond loopback as a CURVE server whose clients ZAP checks (`work`: a
+        work queue, which admits `workers` only).
+        """
         if not loopback(endpoint_address(endpoint)):
             sock.curve_secretkey = self.secret
             sock.curve_publickey = self.public
             sock.curve_server = True
-            sock.zap_domain = ZAP_DOMAIN.encode()
+            sock.zap_domain = (WORK_DOMAIN if work else ZAP_DOMAIN).encode()
             # Without this libzmq admits any key while no ZAP handler answers (none started,
             # or it stopped): CURVE would encrypt but let strangers in.
             sock.zap_enforce_domain = True
@@ -143,27 +149,33 @@ class Curve:
         if self.addresses:
             auth.allow(*self.addresses)
         auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=_Admit(self, who))
+        auth.configure_curve_callback(domain=WORK_DOMAIN,
+                                      credentials_provider=_Admit(self, who, self.workers))
         return auth
 
 
 class _Admit:
     """The ZAP decision: a listed key is admitted; any other is refused, counted and said so."""
 
-    def __init__(self, curve: Curve, who: str) -> None:
-        self.curve, self.who = curve, who
+    def __init__(self, curve: Curve, who: str, only: frozenset[bytes] | None = None) -> None:
+        self.curve, self.who, self.only = curve, who, only
         self.refused = 0
         self.said = float("-inf")   # when a refusal was last logged (time.monotonic)
 
     def callback(self, domain: str, key: bytes) -> bool:
         name = self.curve.clients.get(key)
-        if name is None:
+        admitted = name is not None and (self.only is None or key in self.only)
+        if not admitted:
             self.refused += 1
             now = time.monotonic()
             if now - self.said >= REFUSED_LOG_S:
                 self.said = now
-                _log.warning("%s: refused a peer with an unlisted key %s; %d refused so far",
-                             self.who, key.decode("ascii", "replace"), self.refused)
-        return name is not None
+                why = "an unlisted key" if name is None else f"the key of {name}, no host,"
+                _log.warning("%s: refused a peer with %s %s%s; %d refused so far", self.who,
+                             why, key.decode("ascii", "replace"),
+                             " on the work queue" if self.only is not None else "",
+                             self.refused)
+        return admitted
 
 
 def plain_bind(sock: zmq.Socket, endpoint: str) -> None:

@@ -92,9 +92,15 @@ def connect(sock: zmq.Socket, endpoint: str, curve: Curve | None = None) -> None
     (curve.connect if curve is not None else plain_connect)(sock, endpoint)
 
 
-def bind(sock: zmq.Socket, endpoint: str, curve: Curve | None = None) -> None:
-    """Bind `sock` to `endpoint`, as a CURVE server beyond loopback where keys are set."""
-    (curve.bind if curve is not None else plain_bind)(sock, endpoint)
+def bind(sock: zmq.Socket, endpoint: str, curve: Curve | None = None,
+         work: bool = False) -> None:
+    """Bind `sock` to `endpoint`, as a CURVE server beyond loopback where keys are set
+    (`work`: a work queue, open to hosts' keys only).
+    """
+    if curve is not None:
+        curve.bind(sock, endpoint, work)
+    else:
+        plain_bind(sock, endpoint)
 
 
 def _socket(ctx: zmq.Context, kind: int, options: dict[int, int]) -> zmq.Socket:
@@ -125,7 +131,7 @@ def sub(ctx: zmq.Context, endpoints: list[str], topics: list[bytes],
 def push(ctx: zmq.Context, endpoint: str, curve: Curve | None = None) -> zmq.Socket:
     """A PUSH socket bound to `endpoint`: work handed to exactly one downstream worker."""
     sock = _socket(ctx, zmq.PUSH, PUSH)
-    bind(sock, endpoint, curve)
+    bind(sock, endpoint, curve, work=True)
     return sock
 
 

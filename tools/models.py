@@ -383,7 +383,9 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
     # backoff for about half a minute before saying so.
     try:
         url = hf_hub_url(entry.repo, todo[0].path, revision=entry.revision, endpoint=endpoint)
-        meta = get_hf_file_metadata(url, timeout=10, endpoint=endpoint)
+        # token=False: a user's hub token is never sent (the catalogue is public; `endpoint`
+        # may be a mirror that should not see it).
+        meta = get_hf_file_metadata(url, timeout=10, endpoint=endpoint, token=False)
     except offline as exc:
         reason = "HF_HUB_OFFLINE is set, so the model hub is not asked" if \
             isinstance(exc, OfflineModeIsEnabled) else \
@@ -406,7 +408,7 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         try:
             try:
                 hf_hub_download(entry.repo, f.path, revision=entry.revision, local_dir=part,
-                                endpoint=endpoint)
+                                endpoint=endpoint, token=False)
             except offline as exc:
                 raise ModelsError(_copy_line(entry, folder, "lost the model hub while "
                                              f"downloading {f.path} ({type(exc).__name__})")

@@ -209,7 +209,9 @@ class Topology:
         return security.Curve(
             public=public, secret=secret,
             servers={h.address: h.public_key.encode() for h in secured},
-            clients=admitted, addresses=mine.allow if mine is not None else ())
+            clients=admitted, addresses=mine.allow if mine is not None else (),
+            workers=frozenset(h.public_key.encode() for h in self.hosts.values()
+                              if h.public_key))
 
     def host_of(self, actor: str) -> Host:
         """The host an actor runs on."""

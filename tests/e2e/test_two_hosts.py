@@ -69,7 +69,7 @@ def _sleep(seconds):
         select.select([], [], [], left)
 time.sleep = _sleep
 """
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.proof,
               pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 from tests.netns import TwoHosts, available, namespaces, stale
 
 REASON = available()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [pytest.mark.proof, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 PY = sys.executable
 

@@ -261,6 +261,11 @@ def test_the_server_asks_for_the_token_and_streams_the_state(topology):
             assert resp.status == 200 and "<html" in (await resp.text()).lower()
         async with session.get(base + "/static/page.js") as resp:
             assert resp.status == 200
+        for path in ("/?token=s3cret", "/", "/static/page.js", "/nothing"):
+            async with session.get(base + path) as resp:   # refusals carry them too
+                assert resp.headers["X-Content-Type-Options"] == "nosniff", path
+                assert resp.headers["Referrer-Policy"] == "no-referrer", path
+                assert "script-src 'self'" in resp.headers["Content-Security-Policy"], path
         async with session.post(base + "/?token=s3cret") as resp:
             assert resp.status == 405   # read-only
         async with session.get(base + "/subtitles.xx.vtt?token=s3cret") as resp:

@@ -218,10 +218,14 @@ def fake_hub(home, monkeypatch):
     entry = entry_for({"config.json": b"{}", "weights.npz": b"0123456789"})
     monkeypatch.setattr(models, "catalogue", lambda: {entry.name: entry})
     monkeypatch.setattr(huggingface_hub, "hf_hub_url", lambda repo, path, **kw: path)
-    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata",
-                        lambda url, **kw: type("Meta", (), {"commit_hash": entry.revision}))
+    def metadata(url, token=None, **kw):
+        assert token is False   # the user's hub token is never sent
+        return type("Meta", (), {"commit_hash": entry.revision})
 
-    def download(repo, path, revision, local_dir, endpoint=None):
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", metadata)
+
+    def download(repo, path, revision, local_dir, endpoint=None, token=None):
+        assert token is False
         data, then = served[path]
         (Path(local_dir) / path).parent.mkdir(parents=True, exist_ok=True)
         (Path(local_dir) / path).write_bytes(data)

@@ -32,7 +32,12 @@ def _lan_address() -> str | None:
 
 
 LAN = _lan_address()
-needs_lan = pytest.mark.skipif(LAN is None, reason="no non-loopback IPv4 address here")
+
+
+def needs_lan(test):
+    """A socket proof on a non-loopback address: skipped without one, failed so as root."""
+    skip = pytest.mark.skipif(LAN is None, reason="no non-loopback IPv4 address here")
+    return pytest.mark.proof(skip(test))
 
 
 @pytest.fixture
@@ -148,7 +153,8 @@ def _curve(keys, me: str, clients=("m2", "tap"), addresses=()) -> security.Curve
     return security.Curve(public=public, secret=secret,
                           servers={LAN: keys["m2"][2].encode()},
                           clients={keys[c][2].encode(): c for c in clients},
-                          addresses=tuple(addresses))
+                          addresses=tuple(addresses),
+                          workers=frozenset({keys["m2"][2].encode()}))   # the one host
 
 
 def _receive(sock, n: int, timeout_s: float) -> list[bytes]:
@@ -207,6 +213,7 @@ def test_an_unlisted_pull_takes_no_utterance(keys):
     push = sockets.push(ctx, f"tcp://{LAN}:0", server)
     endpoint = push.getsockopt(zmq.LAST_ENDPOINT).decode()
     thief = sockets.pull(ctx, [endpoint], _curve(keys, "stranger"))
+    tap = sockets.pull(ctx, [endpoint], _curve(keys, "tap"))   # a listed client, no host
     asr = sockets.pull(ctx, [endpoint], _curve(keys, "m2"))
     try:
         time.sleep(1.0)
@@ -218,10 +225,10 @@ def test_an_unlisted_pull_takes_no_utterance(keys):
             except zmq.Again:
                 time.sleep(0.05)
         assert sent == 10
-        assert len(_receive(asr, 10, 5.0)) == 10   # all of them: none went to the thief
-        assert _receive(thief, 1, 0.5) == []
+        assert len(_receive(asr, 10, 5.0)) == 10   # all of them: none to the thief or tap
+        assert _receive(thief, 1, 0.5) == [] and _receive(tap, 1, 0.5) == []
     finally:
-        for sock in (thief, asr, push):
+        for sock in (thief, tap, asr, push):
             sock.close(0)
         auth.stop()
         ctx.term()
@@ -280,3 +287,26 @@ def test_keys_and_up_commands(tmp_path):
     lines = up.stderr.strip().splitlines()
     assert len(lines) == 1 and "voxweft keys --host m2" in lines[0], up.stderr
     assert not (tmp_path / "run" / "supervisord.pid").exists()   # nothing was started
+
+
+def test_a_skipped_proof_fails_as_root(tmp_path):
+    """CI is root: a LAN or network-namespace proof skipped there was never run, so it fails."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    test = tmp_path / "test_proof.py"
+    test.write_text("import pytest\n\n\n@pytest.mark.proof\n"
+                    "@pytest.mark.skipif(True, reason='no namespace here')\n"
+                    "def test_p():\n    pass\n\n\ndef test_q():\n"
+                    "    pytest.skip('a plain skip stays a skip')\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+                           "-p", "tests.conftest", str(test)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if os.geteuid() == 0:
+        assert done.returncode != 0 and "a proof was skipped as root" in done.stdout, done.stdout
+        assert "a plain skip stays a skip" in done.stdout
+    else:
+        assert done.returncode == 0 and "2 skipped" in done.stdout, done.stdout

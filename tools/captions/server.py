@@ -44,6 +44,16 @@ MAX_STREAMS = 32
 #: aiohttp's server options. A browser that goes away cancels its handler at once, which frees
 #: its event stream's slot (by default aiohttp waits for a write to fail: up to KEEPALIVE_S).
 RUNNER = {"handler_cancellation": True}
+#: On every answer: the browser runs only this server's own files, never guesses a type,
+#: sends no address (the URL may hold the token) to another site, and shows the page in no
+#: other site's frame.
+HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+}
 TOPICS = wire.watched("captions")
 
 log = logging.getLogger("voxweft.captions")
@@ -189,6 +199,7 @@ class Captions:
         app.router.add_get("/events", self.events)
         app.router.add_get(r"/subtitles.{lang:[a-z]{2,3}}.{fmt:[a-z]{3}}", self.subtitles)
         app.router.add_static("/static", STATIC)
+        app.on_response_prepare.append(_secure)
         app.on_startup.append(self._started)
         app.on_shutdown.append(self._closing)
         return app
@@ -205,6 +216,11 @@ class Captions:
             if request.transport is not None:
                 request.transport.close()
         self.clients.clear()
+
+
+async def _secure(_request: web.Request, response: web.StreamResponse) -> None:
+    """HEADERS on every answer, the refusals too."""
+    response.headers.update(HEADERS)
 
 
 def serve(topology: Topology, host: str | None, bind: str, port: int,
