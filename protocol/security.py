@@ -118,8 +118,9 @@ class Curve:
     workers: frozenset[bytes] = frozenset()   # keys admitted to a work queue: hosts' only
 
     def bind(self, sock: zmq.Socket, endpoint: str, work: bool = False) -> None:
-        """Bind `sock`; beyond loopback as a CURVE server whose clients ZAP checks (`work`: a
-        work queue, which admits `workers` only).
+        """Bind `sock`; beyond loopback as a CURVE server whose clients ZAP checks.
+
+        `work`: a work queue, which admits `workers` only.
         """
         if not loopback(endpoint_address(endpoint)):
             sock.curve_secretkey = self.secret

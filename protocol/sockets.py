@@ -94,8 +94,9 @@ def connect(sock: zmq.Socket, endpoint: str, curve: Curve | None = None) -> None
 
 def bind(sock: zmq.Socket, endpoint: str, curve: Curve | None = None,
          work: bool = False) -> None:
-    """Bind `sock` to `endpoint`, as a CURVE server beyond loopback where keys are set
-    (`work`: a work queue, open to hosts' keys only).
+    """Bind `sock` to `endpoint`, as a CURVE server beyond loopback where keys are set.
+
+    `work`: a work queue, open to hosts' keys only.
     """
     if curve is not None:
         curve.bind(sock, endpoint, work)
