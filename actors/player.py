@@ -44,6 +44,10 @@ HOLDERS = ("segmenter", "asr", "mt", "tts")
 ANSWER_EVERY_S = 2.0
 #: A holder's list counts while its heartbeat is this recent (a dead holder sends nothing).
 HOLDER_SILENT_S = 3.0
+#: Reading a file, an utterance a holder lists is waited for at most this long after its
+#: last chunk came: a holder that never sends its end (an engine that failed partway, a bug)
+#: must not stop the whole file. (A tts restart with its model load takes 10-30 s.)
+HELD_WAIT_S = 120.0
 #: Why an utterance was not spoken when tts said nothing of it: the player gave up on it.
 NO_AUDIO = "no audio came in time: the player moved on"
 #: Bounded memory: utterances queued at most (each holder keeps at most OUTBOX_UTTERANCES)
@@ -129,6 +133,11 @@ class PlayerActor(Actor):
         if self.config.sink != "wav":
             return False   # a loudspeaker does not wait: what is late is not heard in time
         now = time.monotonic()
+        if now - u.last_arrival > HELD_WAIT_S:
+            self.counters["held_too_long"] += 1
+            self.log.warning("player: %s: nothing came for %.0f s although it is held; "
+                             "moving on", u.utt, now - u.last_arrival)
+            return False
         held = {src for src, (heard, utts) in self.holding.items()
                 if u.utt in utts and now - heard < HOLDER_SILENT_S}
         if "tts" in held and now - self.asked_again > self.config.gap_timeout_ms / 1000:
@@ -221,6 +230,8 @@ class PlayerActor(Actor):
         if msg.last:
             u.last_index = msg.index
             u.skipped = msg.skipped
+            if msg.skipped and msg.index > 0:   # tts started it and could not finish it
+                u.complete = False
         if not u.trace:
             u.trace = self.arrived(msg.trace, "play")
         return iter(())
@@ -380,7 +391,8 @@ class PlayerActor(Actor):
             return
         end_ns = self.sink.busy_until_ns()
         event = PlaybackEvent(utt=u.utt, event="finished", duration_s=round(u.played_s, 3),
-                              complete=u.complete, trace=traced(u.trace, "play.end", end_ns))
+                              complete=u.complete, reason="" if u.complete else u.skipped,
+                              trace=traced(u.trace, "play.end", end_ns))
         self._schedule(end_ns, event)
 
     def tick_interval_s(self) -> float:

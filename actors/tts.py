@@ -203,7 +203,7 @@ class TtsActor(EngineActor):
             chunks = None
         for step in plan.steps():
             self.counters[f"lag_{step}"] += 1
-        index, samples = 0, 0
+        index, samples, failed = 0, 0, ""
         if plan.skip:
             self.log.warning("tts: %s not spoken: %s", msg.utt, plan.skip)
         elif msg.text and lang not in engine.languages():
@@ -212,9 +212,18 @@ class TtsActor(EngineActor):
                            engine.name, ", ".join(sorted(engine.languages())))
         elif msg.text:
             if chunks is None:
-                chunks = engine.synthesize(msg.text, lang, plan.speed,
-                                           eager=not plan.long_chunks, voice=self.voice(msg))
+                chunks = _until_it_fails(lambda: engine.synthesize(
+                    msg.text, lang, plan.speed, eager=not plan.long_chunks,
+                    voice=self.voice(msg)))
+            else:
+                chunks = _until_it_fails(lambda drafted=chunks: drafted)
             for pcm in chunks:
+                if isinstance(pcm, Exception):   # the utterance is closed all the same
+                    failed = f"tts engine failed after {index} chunk(s): " \
+                             f"{type(pcm).__name__}: {pcm}"[:300]
+                    self.counters["engine_failed"] += 1
+                    self.log.error("tts: %s: %s", msg.utt, failed)
+                    break
                 if plan.speed > 1.0:   # speech is queued: the pauses nobody waits for go
                     shorter = condense.shorten_pauses(pcm, engine.sample_rate,
                                                       condense.PAUSE_WHEN_BEHIND_S)
@@ -244,4 +253,16 @@ class TtsActor(EngineActor):
                       " first chunk made ahead," if ahead else "", (now_ns() - start) / 1e6)
         yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=True,
                           sample_rate=engine.sample_rate, pcm=np.zeros(0, np.float32),
-                          speed=plan.speed, skipped=plan.skip, trace=trace)
+                          speed=plan.speed, skipped=plan.skip or failed, trace=trace)
+
+
+def _until_it_fails(make):
+    """The chunks `make()` gives, then the exception that stopped the engine, if one did.
+
+    An engine that fails partway must not leave its utterance open: the player (reading a
+    file, it waits for what a holder lists) would wait for its end for ever.
+    """
+    try:
+        yield from make()
+    except Exception as exc:  # noqa: BLE001 - any engine error: said, counted, closed
+        yield exc

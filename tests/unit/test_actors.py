@@ -563,3 +563,21 @@ def test_one_bad_float_sample_from_the_bus_does_not_deafen_the_segmenter(bad):
     assert len(finals) == 2 and finals[1].media_start_s > second - 0.5, \
         [(m.media_start_s, m.media_end_s) for m in finals]
     assert not [m for m in out if isinstance(m, VadEvent) and m.event == "rejected"]
+
+
+def test_player_reading_a_file_waits_for_a_held_utterance_only_so_long(tmp_path, monkeypatch):
+    """A holder that lists an utterance for ever and never sends its end (an engine that
+    failed partway) must not stop the file: the wait is bounded."""
+    import voxweft.actors.player as player_module
+
+    monkeypatch.setattr(player_module, "HELD_WAIT_S", 0.4)
+    p = player(tmp_path, gap_ms=100)
+    out = []
+    for _ in range(4):   # tts lists "a" in every heartbeat and sends nothing more
+        held = Status(state="ready", src="tts", epoch=1, holding=["a"])
+        out += run_actor(p, [held] + ([chunk("a", 0, seconds=0.05)] if not out else []),
+                         src="tts", ticks=10, tick_sleep_s=0.02, loaded=bool(out))
+    p.close()
+    finished = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert len(finished) == 1 and not finished[0].complete
+    assert p.counters["held_too_long"] == 1 and p.counters["incomplete_utterances"] == 1

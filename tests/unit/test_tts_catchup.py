@@ -95,3 +95,43 @@ def test_tts_makes_a_draft_first_chunk_ahead_and_sends_it_only_for_the_same_text
     # With more speech queued at the player than a first chunk takes, no draft is made.
     run_actor(actor, [_draft("c", text)], src="mt", loaded=True)
     assert actor.counters["drafts_not_needed"] == 1 and len(actor.drafts) == 0
+
+
+def test_an_engine_that_fails_partway_still_closes_its_utterance(tmp_path):
+    """tts always ends an utterance it started, saying why; the player then finishes it as
+    cut short (reading a file it had waited for the end for ever)."""
+    from tests.unit.test_actors import player
+
+    raw = copy.deepcopy(load(None).raw)
+    raw["actors"]["tts"].update(engine="espeak", settings={})
+    topo = parse(raw)
+    actor = TtsActor(topo, topo.actors["tts"])
+    run_actor(actor, [_say("warm", "Sim.")], src="mt")
+    real = actor.engine.synthesize
+
+    def fails_after_one(*args, **kwargs):
+        chunks = real(*args, **kwargs)
+        yield next(iter(chunks))
+        raise RuntimeError("the model ran out of memory")
+
+    actor.engine.synthesize = fails_after_one
+    text = "Nunca foi superado, disse ele, e foi para casa."
+    out = [m for m in run_actor(actor, [_say("a", text)], src="mt", loaded=True)
+           if isinstance(m, SpeechChunk)]
+    assert [(c.index, c.last) for c in out] == [(0, False), (1, True)]
+    assert "tts engine failed after 1 chunk(s): RuntimeError: the model ran out" in \
+        out[-1].skipped and actor.counters["engine_failed"] == 1
+
+    def fails_at_once(*args, **kwargs):
+        raise RuntimeError("no voice")
+
+    actor.engine.synthesize = fails_at_once
+    (last,) = run_actor(actor, [_say("b", text)], src="mt", loaded=True)
+    assert last.last and last.index == 0 and "failed after 0 chunk(s)" in last.skipped
+    p = player(tmp_path)
+    events = [m for m in run_actor(p, out + [last], src="tts", ticks=250, tick_sleep_s=0.02)
+              if isinstance(m, PlaybackEvent)]
+    p.close()
+    assert [(e.utt, e.event, e.complete) for e in events if e.event != "started"] == \
+        [("a", "finished", False), ("b", "skipped", True)]
+    assert "ran out of memory" in events[1].reason
