@@ -376,7 +376,7 @@ class PlayerActor(Actor):
         del self.queue[u.utt]
         self.done.add(u.utt)
         self._write(u, self._flush(u), end=True)   # the last chunk never came
-        self.sink.finished(u.utt, u.complete)
+        self.sink.finished(u.utt, u.complete, u.played_s)
         # Upstream stages may forget it now: it is in the sink, whole or as whole as it gets.
         self.acks.append(Done(utt=u.utt, complete=u.complete))
         if not u.complete:

@@ -101,6 +101,8 @@ class Collector:
         self.ended: dict[str, PlaybackEvent] = {}
         self.done: set[str] = set()
         self.eos: EndOfStream | None = None
+        # The output file's journal: utterance -> (complete, seconds played); read at the end.
+        self.in_file: dict[str, tuple[bool, float]] = {}
         # Speech the segmenter did not interpret (its speaker gate), by where it started:
         # a restarted segmenter that reads the same audio again says it once more.
         self.ignored: dict[float, VadEvent] = {}
@@ -182,10 +184,39 @@ class Collector:
         ev = self.ended.get(utt)
         return ev.reason if ev and ev.event == "skipped" else ""
 
+    def played(self, utt: str) -> bool:
+        """Whether any of the utterance's translation was played (the file's journal first)."""
+        if utt in self.in_file:
+            return self.in_file[utt][1] > 0
+        return utt in self.started
+
     def spoken_whole(self, utt: str) -> bool:
-        """The utterance's translation was played, not skipped, not cut off by the player."""
+        """The utterance's translation was played, not skipped, not cut off by the player.
+
+        Where the output file's journal has the utterance, the journal says (the player's
+        events can be missed: a player killed between writing an utterance and saying so,
+        or its events sent while this subscription was reconnecting).
+        """
+        if utt in self.in_file:
+            complete, played_s = self.in_file[utt]
+            return complete and played_s > 0 and not self.unspoken(utt)
         return (utt in self.started and not self.unspoken(utt)
                 and (utt not in self.ended or self.ended[utt].complete))
+
+    def read_journal(self, wav: Path) -> None:
+        """What the output file holds, by its journal (`actors.sinks`): one story told."""
+        journal = Path(str(wav) + ".journal")
+        self.in_file = {}
+        if not journal.is_file():
+            return
+        for line in journal.read_text(encoding="utf-8", errors="replace").splitlines()[1:]:
+            try:
+                entry = json.loads(line)
+                if "utt" in entry:
+                    self.in_file[str(entry["utt"])] = (bool(entry.get("complete", True)),
+                                                       float(entry.get("played_s", 1.0)))
+            except (ValueError, TypeError):
+                continue   # a line cut short by a kill
 
     def stretches_ignored(self) -> list[dict]:
         """Each stretch of speech not interpreted, in media order: where, how long, why."""
@@ -204,8 +235,10 @@ class Collector:
               partial: str = "") -> dict:
         """transcript.jsonl, translation.jsonl, ignored.jsonl, subtitles and latency.json.
 
-        A translation that was not spoken keeps its place in all of them, marked.
+        A translation that was not spoken keeps its place in all of them, marked. Whether it
+        was spoken is what output.wav's journal says, where it says it.
         """
+        self.read_journal(out_dir / "output.wav")
         order = self.utterances()
         with open(out_dir / "ignored.jsonl", "w", encoding="utf-8") as f:
             for stretch in self.stretches_ignored():
@@ -228,7 +261,8 @@ class Collector:
                                         "text": t.text,
                                         "media_start_s": round(t.media_start_s, 3),
                                         "media_end_s": round(t.media_end_s, 3),
-                                        "spoken": utt in self.started,
+                                        "spoken": self.played(utt),
+                                        "complete": self.spoken_whole(utt),
                                         "not_spoken": self.unspoken(utt)},
                                        ensure_ascii=False) + "\n")
         # Both subtitle files follow the input's timeline: they subtitle the original media.
@@ -241,7 +275,7 @@ class Collector:
         rows = []
         for utt in order:
             ev = self.started.get(utt) or self.ended.get(utt)
-            row = {"utt": utt, "played": utt in self.started, "not_spoken": self.unspoken(utt),
+            row = {"utt": utt, "played": self.played(utt), "not_spoken": self.unspoken(utt),
                    "speech_end_ns": trace_ns(ev.trace, "speech_end") if ev else None}
             row.update(utterance_latency(ev.trace) if ev else {})
             rows.append(row)

@@ -61,3 +61,27 @@ def test_nothing_ignored_and_nothing_interpreted_are_said_so(tmp_path: Path):
     empty = Collector()
     assert "no speech found in the input" in summary_line(
         empty, empty.write(tmp_path, True, "en", "pt"), tmp_path)
+
+
+def test_every_output_tells_what_the_file_holds(tmp_path: Path):
+    """The player's events can be missed (it was killed between writing an utterance and
+    saying so, or interpret's subscription was reconnecting): output.wav's journal says what
+    the file holds, and translation.jsonl, latency.json and the share follow it."""
+    from voxweft.actors.sinks import WavSink
+
+    c = Collector()
+    _utterance(c, "u1", 1.0, 5.0, spoken=True)
+    _utterance(c, "u2", 7.0, 9.0, spoken=True)
+    del c.started["u2"], c.ended["u2"]     # the player's events for u2 never reached us
+    _utterance(c, "u3", 10.0, 12.0, spoken=True)   # said finished whole, but in the file:
+    sink = WavSink(str(tmp_path / "output.wav"), session="s")
+    for utt, complete, played in (("u1", True, 4.0), ("u2", True, 2.0), ("u3", False, 0.5)):
+        sink.finished(utt, complete, played)
+    report = c.write(tmp_path, False, "en", "pt")
+    rows = {r["utt"]: r for r in map(json.loads, (tmp_path / "translation.jsonl")
+                                     .read_text().splitlines())}
+    assert [(rows[u]["spoken"], rows[u]["complete"]) for u in ("u1", "u2", "u3")] == \
+        [(True, True), (True, True), (True, False)]
+    assert [r["played"] for r in report["utterances"]] == [True, True, True]
+    # heard 4 + 2 + 2 s; spoken whole: u1 and u2
+    assert "spoken 75 % of the speech heard" in summary_line(c, report, tmp_path)
