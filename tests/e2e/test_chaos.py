@@ -10,13 +10,12 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.conftest import ROOT, VOXWEFT
-from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole
+from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole, hog
 from voxweft.deploy.supervisor import BusWatcher
 from voxweft.deploy.topology import load
 from voxweft.tools.bench import sentences
@@ -24,12 +23,6 @@ from voxweft.tools.bench import sentences
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 #: How long a kill waits for its victim to hold work before it kills it anyway.
 WORST_WAIT_S = 15.0
-
-
-def hog(seconds: float) -> list[subprocess.Popen]:
-    """Busy both cores for `seconds`."""
-    code = f"import time\nt = time.monotonic() + {seconds}\nwhile time.monotonic() < t: pass"
-    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
 
 
 def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):

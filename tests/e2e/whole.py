@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import jiwer
@@ -47,6 +48,12 @@ def build_recording(path: Path, utterances: int, seed: int,
     parts.append(np.zeros(16000 * 2, np.float32))
     sf.write(path, np.concatenate(parts), 16000, subtype="PCM_16")
     return placed
+
+
+def hog(seconds: float) -> list[subprocess.Popen]:
+    """Busy both cores for `seconds`."""
+    code = f"import time\nt = time.monotonic() + {seconds}\nwhile time.monotonic() < t: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
 
 
 def start_interpret(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
@@ -106,6 +113,11 @@ def check_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
     assert all(t["text"] for t in translations)
 
     played_whole(out, [t["utt"] for t in transcripts])
+    # Every output tells the same story: what the file holds whole is spoken, everywhere.
+    unsaid = [t["utt"] for t in translations if not (t["spoken"] and t["complete"])]
+    assert not unsaid, f"translation.jsonl says {unsaid} were not spoken whole"
+    rows = json.loads((out / "latency.json").read_text())["utterances"]
+    assert all(r["played"] for r in rows), [r["utt"] for r in rows if not r["played"]]
     return transcripts
 
 
