@@ -97,6 +97,13 @@ class Actor:
         """Utterances this actor holds besides its outbox (the player's queue)."""
         return 0
 
+    def progress(self) -> dict[str, int]:
+        """The player: words it has whole of each utterance it has begun (Status.progress).
+
+        Called from the heartbeat thread: return a dict the main thread no longer changes.
+        """
+        return {}
+
     def duplicate(self, msg: Message) -> Iterable[Message]:
         """Called instead of handle() for an utterance-path input handled before."""
         return ()

@@ -31,7 +31,7 @@ import collections
 import itertools
 from collections.abc import Iterator
 
-from voxweft.protocol.messages import Message, Status, is_draft
+from voxweft.protocol.messages import Message, SpeechChunk, Status, is_draft
 
 #: Utterances one stage holds at most: minutes of speech, a few MB of PCM at the segmenter.
 OUTBOX_UTTERANCES = 64
@@ -107,7 +107,11 @@ class Finished(Recent):
 
 
 class Seen:
-    """Bounded memory of the inputs already handled, by (type, utterance, index)."""
+    """Bounded memory of the inputs already handled, by (type, utterance, index).
+
+    A speech chunk also by its sender's epoch: it belongs to one synthesis, and a restarted
+    tts makes a new one (actors.player `_of_synthesis`), whose chunk i is not the old one's.
+    """
 
     def __init__(self, limit: int = SEEN_INPUTS) -> None:
         self.keys = Recent(limit)
@@ -115,7 +119,8 @@ class Seen:
     @staticmethod
     def key(msg: Message) -> tuple:
         """What identifies an input on the utterance path."""
-        return (msg.TYPE, getattr(msg, "utt", ""), getattr(msg, "index", 0))
+        return (msg.TYPE, getattr(msg, "utt", ""), getattr(msg, "index", 0),
+                msg.epoch if isinstance(msg, SpeechChunk) else 0)
 
     def __contains__(self, msg: Message) -> bool:
         return not is_draft(msg) and self.key(msg) in self.keys

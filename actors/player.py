@@ -54,6 +54,8 @@ NO_AUDIO = "no audio came in time: the player moved on"
 #: and chunks per utterance (tts splits at clauses: a 15 s segment makes a few dozen).
 QUEUE_UTTERANCES = 2 * OUTBOX_UTTERANCES
 UTTERANCE_CHUNKS = 4096
+#: The utterances begun whose progress the heartbeat lists at most (the head one, mostly).
+PROGRESS_LISTED = 16
 
 
 @dataclass
@@ -73,6 +75,16 @@ class Utterance:
     resampler_rate: int = 0
     hold_since: float | None = None   # monotonic time the jitter buffer started holding
     skipped: str = ""             # why tts did not speak it (its last chunk says)
+    # One synthesis at a time (SpeechChunk.word): the chunks queued are those of the tts
+    # epoch `synth`, its chunk i at index i + `offset` (after what an earlier one left).
+    synth: int = 0
+    offset: int = 0
+    # Switched to a new synthesis: (the word it goes on from, the index its first chunk
+    # takes); its chunks of words already had are dropped until then.
+    resume: tuple[int, int] | None = None
+    fed_to: int = 0               # words written whole (their piece's last part written)
+    spans: list[list[int]] = field(default_factory=list)   # word spans written, in order
+    of: int | None = None         # how many words the translation has (its last chunk says)
 
 
 class PlayerActor(Actor):
@@ -97,6 +109,7 @@ class PlayerActor(Actor):
         # holder -> (monotonic heard, what its last heartbeat says it holds)
         self.holding: dict[str, tuple[float, set[str]]] = {}
         self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
+        self.reported: dict[str, int] = {}   # what `progress` says (made by tick)
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """TTS's speech chunks; the heartbeats of tts and of the other holders.
@@ -225,16 +238,86 @@ class PlayerActor(Actor):
                                  len(self.queue))
             return iter(())
         u = self.queue.setdefault(msg.utt, Utterance(msg.utt))
-        u.chunks[msg.index] = msg
+        if not self._of_synthesis(u, msg):
+            return iter(())
+        index = msg.index + u.offset
+        u.chunks[index] = msg
         u.last_arrival = time.monotonic()
         if msg.last:
-            u.last_index = msg.index
+            u.last_index = index
             u.skipped = msg.skipped
             if msg.skipped and msg.index > 0:   # tts started it and could not finish it
                 u.complete = False
         if not u.trace:
             u.trace = self.arrived(msg.trace, "play")
         return iter(())
+
+    def _of_synthesis(self, u: Utterance, msg: SpeechChunk) -> bool:
+        """Whether `msg` is queued: a chunk belongs to one synthesis of its utterance.
+
+        A restarted tts synthesises the utterance again (from the word the player has, see
+        `progress`), perhaps cut into other pieces: its chunk i is not the old one's. So the
+        first chunk of a newer synthesis switches to it (`_switch`); what the old one had
+        sent that follows on whole is played first, and the new one's chunks of words
+        already had are dropped. A chunk of an older synthesis than the one taken is dropped.
+        """
+        if msg.epoch != u.synth:
+            if u.synth and msg.epoch < u.synth:
+                self.counters["old_synthesis"] += 1
+                return False
+            self._switch(u, msg.epoch)
+        if u.resume is None:
+            return True
+        word, slot = u.resume
+        if word < 0 or not msg.last and msg.word + msg.words <= word:
+            self.counters["words_had"] += 1   # it speaks words already written or queued
+            return False
+        u.resume, u.offset = None, slot - msg.index
+        if msg.word != word and msg.words:
+            self.log.warning("player: %s: the new synthesis goes on at word %d, not %d",
+                             u.utt, msg.word, word)
+        return True
+
+    def _switch(self, u: Utterance, epoch: int) -> None:
+        """Take the chunks of `epoch`'s synthesis for `u` from now on."""
+        old, u.synth = u.synth, epoch
+        if not old:
+            return
+        self.counters["synthesis_switched"] += 1
+        if u.started_ns is None and u.next_index == 0:   # nothing of it written: start over
+            u.chunks.clear()
+            u.last_index, u.skipped, u.offset = None, "", 0
+            return
+        # Keep what follows on from the audio written, up to the end of a whole piece.
+        end, kept, i = u.fed_to, u.next_index, u.next_index
+        while i in u.chunks and not u.chunks[i].last:
+            if u.chunks[i].piece_end:
+                end, kept = u.chunks[i].word + u.chunks[i].words, i + 1
+            i += 1
+        if i in u.chunks:   # the old synthesis is all here: none of the new one is needed
+            u.resume = (-1, 0)
+            return
+        for index in [j for j in u.chunks if j >= kept]:
+            del u.chunks[index]
+        u.last_index, u.skipped = None, ""
+        u.resume = (end, kept)
+        self.log.info("player: %s: tts restarted; going on from word %d with its new "
+                      "synthesis", u.utt, end)
+
+    def _said(self, u: Utterance) -> int:
+        """Words of `u` written whole or queued whole: a new synthesis goes on from there."""
+        if u.resume is not None:
+            return u.resume[0]
+        end, i = u.fed_to, u.next_index
+        while i in u.chunks and not u.chunks[i].last:
+            if u.chunks[i].piece_end:
+                end = u.chunks[i].word + u.chunks[i].words
+            i += 1
+        return end
+
+    def progress(self) -> dict[str, int]:
+        """The words the player has of each utterance begun (see `_said`), for a new tts."""
+        return self.reported
 
     def health(self) -> str:
         """Degraded while the output device is lost."""
@@ -248,6 +331,14 @@ class PlayerActor(Actor):
         self._advance()
         yield from self.acks
         self.acks.clear()
+        # A new dict each time: the heartbeat thread reads it (`progress`).
+        said = {}
+        for u in self.queue.values():
+            if len(said) >= PROGRESS_LISTED:
+                break
+            if u.synth:
+                said[u.utt] = self._said(u)
+        self.reported = {utt: n for utt, n in said.items() if n}
         now = now_ns()
         while self.pending and self.pending[0][0] <= now:
             yield self.pending.pop(0)[1]
@@ -363,6 +454,14 @@ class PlayerActor(Actor):
         while u.next_index in u.chunks:
             chunk = u.chunks.pop(u.next_index)
             u.next_index += 1
+            if chunk.last:
+                u.of = chunk.word
+            elif chunk.words and len(chunk.pcm):
+                span = [chunk.word, chunk.word + chunk.words]
+                if chunk.part == 0 or not u.spans or u.spans[-1] != span:
+                    u.spans.append(span)
+                if chunk.piece_end:
+                    u.fed_to = span[1]
             if len(chunk.pcm) == 0 and not (chunk.last and u.resampler is not None):
                 continue
             if len(chunk.pcm):
@@ -372,11 +471,31 @@ class PlayerActor(Actor):
                 pcm = np.concatenate([pcm, self._flush(u)])
             self._write(u, pcm, end=chunk.last)
 
+    def _whole(self, u: Utterance) -> bool:
+        """Whether the words written are the translation's, each once, in order.
+
+        Only for chunks that say their words (a tts of this version): the spans written
+        tile 0..`of` without a hole or an overlap.
+        """
+        if not u.spans or u.of is None:
+            return True
+        at = 0
+        for start, end in u.spans:
+            if start != at:
+                return False
+            at = end
+        return at == u.of
+
     def _finish(self, u: Utterance) -> None:
+        if u.complete and not self._whole(u):
+            u.complete = False
+            self.counters["not_whole"] += 1
+            self.log.warning("player: %s: the words written are not the translation's once "
+                             "each: %s of %s", u.utt, u.spans, u.of)
         del self.queue[u.utt]
         self.done.add(u.utt)
         self._write(u, self._flush(u), end=True)   # the last chunk never came
-        self.sink.finished(u.utt, u.complete, u.played_s)
+        self.sink.finished(u.utt, u.complete, u.played_s, u.spans, u.of)
         # Upstream stages may forget it now: it is in the sink, whole or as whole as it gets.
         self.acks.append(Done(utt=u.utt, complete=u.complete))
         if not u.complete:

@@ -156,7 +156,8 @@ class Runtime(Traffic):
                       resources=resources(), budget=dict(self.actor.budget),
                       echo_sent={p: e[0] for p, e in self.echo.items()},
                       echo_recv={p: e[1] for p, e in self.echo.items()},
-                      clock_ms=self.clocks.offsets_ms(), unreachable=self.unreachable())
+                      clock_ms=self.clocks.offsets_ms(), unreachable=self.unreachable(),
+                      progress=self.actor.progress())
 
     def unreachable(self) -> dict[str, float]:
         """Peers whose heartbeat we take and have not heard lately: seconds silent."""

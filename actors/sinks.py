@@ -124,14 +124,19 @@ class WavSink:
             with open(self.journal, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
 
-    def finished(self, utt: str, complete: bool = True, played_s: float = 0.0) -> None:
+    def finished(self, utt: str, complete: bool = True, played_s: float = 0.0,
+                 spans: list | None = None, of: int | None = None) -> None:
         """`utt` is in the file: its journal line.
 
         `complete`: whole; else what came of it before we gave up. `played_s`: seconds of its
-        speech written, 0 when it was skipped.
+        speech written, 0 when it was skipped. `spans`: the words of its translation written,
+        in order ([start, end) of `of` words), when its chunks said them.
         """
-        self._log({"utt": utt, "end": self.written, "complete": complete,
-                   "played_s": round(played_s, 3)})
+        entry = {"utt": utt, "end": self.written, "complete": complete,
+                 "played_s": round(played_s, 3)}
+        if spans:
+            entry.update(words=spans, of=of)
+        self._log(entry)
 
     def idle(self) -> bool:
         """A file never runs dry: it needs no jitter buffer."""
@@ -329,7 +334,8 @@ class DeviceSink(DeviceStream):
     def take_rate(self, rate: int) -> None:
         """A device plays at its own rate: audio at any other is resampled to it."""
 
-    def finished(self, utt: str, complete: bool = True, played_s: float = 0.0) -> None:
+    def finished(self, utt: str, complete: bool = True, played_s: float = 0.0,
+                 spans: list | None = None, of: int | None = None) -> None:
         """A loudspeaker keeps no journal: a restarted player starts with an empty buffer."""
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from voxweft.protocol.messages import (
     Message,
     PlaybackEvent,
     SpeechChunk,
+    Status,
     Translation,
     Voice,
     is_draft,
@@ -36,8 +37,8 @@ class _Draft:
 
     plan: lag.Decision
     engine: object
-    first: np.ndarray
-    rest: Iterator[np.ndarray]
+    first: engines.tts.Spoken
+    rest: Iterator[engines.tts.Spoken]
     made_s: float             # what making the first chunk took
 
 
@@ -61,6 +62,9 @@ class TtsActor(EngineActor):
         self.s_per_char: float | None = None
         # First chunks of draft translations (speculative endpointing), by text and language.
         self.drafts = Drafts(self.counters, on_drop=lambda draft: draft.rest.close())
+        # The player's last word on each utterance it has begun: how many of its words it
+        # has whole. A restarted tts goes on from there (the words before are played).
+        self.progress: dict[str, int] = {}
         # The speaker's recent speech, when the voice speaks as they do (bounded).
         self.voices = None
         if self.engine.wants_voice():
@@ -154,8 +158,8 @@ class TtsActor(EngineActor):
         if queued > self.first_chunk_s():
             self.counters["drafts_not_needed"] += 1
             return
-        chunks = engine.synthesize(msg.text, lang, plan.speed, eager=not plan.long_chunks,
-                                   voice=self.voice(msg))
+        chunks = engine.speak(msg.text, lang, plan.speed, eager=not plan.long_chunks,
+                              voice=self.voice(msg))
         first = next(chunks, None)
         if first is None:
             return
@@ -175,6 +179,10 @@ class TtsActor(EngineActor):
         if isinstance(msg, PlaybackEvent):
             self.timeline.heard(msg, now_ns())
             return
+        if isinstance(msg, Status):
+            if msg.src == "player":
+                self.progress = dict(msg.progress)
+            return
         if isinstance(msg, Voice):
             if self.voices is not None and msg.sample_rate == BUS_RATE and msg.pcm.ndim == 1:
                 self.voices.add(msg.utt, msg.pcm, msg.sample_rate)
@@ -191,8 +199,17 @@ class TtsActor(EngineActor):
         if is_draft(msg):
             self._draft(msg, lang, plan, queued, start)
             return
-        # Not spoken: its drafts are wasted (no key matches None).
-        draft = self.drafts.take(msg.utt, None if plan.skip else (msg.text, lang))
+        # The player has the first `said` words from a synthesis before this process's: the
+        # rest is spoken, so the new synthesis follows on from the old without a seam.
+        words = msg.text.split()
+        said = min(self.progress.get(msg.utt, 0), len(words))
+        text = " ".join(words[said:]) if said else msg.text
+        if said:
+            self.counters["resumed"] += 1
+            self.log.info("tts: %s: the player has %d of its %d words; going on from there",
+                          msg.utt, said, len(words))
+        # Not spoken (or spoken in part already): its drafts are wasted (no key matches None).
+        draft = self.drafts.take(msg.utt, None if plan.skip or said else (msg.text, lang))
         ahead = 0.0   # time spent on this translation before it came (its draft)
         if draft is not None:
             plan, engine, ahead = draft.plan, draft.engine, draft.made_s
@@ -204,26 +221,33 @@ class TtsActor(EngineActor):
         for step in plan.steps():
             self.counters[f"lag_{step}"] += 1
         index, samples, failed = 0, 0, ""
+        spans: list[tuple[int, int]] = []
         if plan.skip:
             self.log.warning("tts: %s not spoken: %s", msg.utt, plan.skip)
         elif msg.text and lang not in engine.languages():
             self.counters["refused_lang"] += 1
             self.log.error("tts: %s is in %r; engine %s speaks only %s", msg.utt, lang,
                            engine.name, ", ".join(sorted(engine.languages())))
-        elif msg.text:
+        elif text:
+            # Each chunk says which words of the translation it speaks (the plan's pieces).
+            spans = engines.tts.word_spans(engine.plan(text, eager=not plan.long_chunks), said)
             if chunks is None:
-                chunks = _until_it_fails(lambda: engine.synthesize(
-                    msg.text, lang, plan.speed, eager=not plan.long_chunks,
+                chunks = _until_it_fails(lambda: engine.speak(
+                    text, lang, plan.speed, eager=not plan.long_chunks,
                     voice=self.voice(msg)))
             else:
                 chunks = _until_it_fails(lambda drafted=chunks: drafted)
-            for pcm in chunks:
-                if isinstance(pcm, Exception):   # the utterance is closed all the same
+            piece, part = -1, 0
+            for spoken in chunks:
+                if isinstance(spoken, Exception):   # the utterance is closed all the same
                     failed = f"tts engine failed after {index} chunk(s): " \
-                             f"{type(pcm).__name__}: {pcm}"[:300]
+                             f"{type(spoken).__name__}: {spoken}"[:300]
                     self.counters["engine_failed"] += 1
                     self.log.error("tts: %s: %s", msg.utt, failed)
                     break
+                part = part + 1 if spoken.piece == piece else 0
+                piece, pcm = spoken.piece, spoken.pcm
+                first_word, end_word = spans[piece]
                 if plan.speed > 1.0:   # speech is queued: the pauses nobody waits for go
                     shorter = condense.shorten_pauses(pcm, engine.sample_rate,
                                                       condense.PAUSE_WHEN_BEHIND_S)
@@ -237,13 +261,14 @@ class TtsActor(EngineActor):
                 yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=False,
                                   sample_rate=engine.sample_rate,
                                   pcm=np.asarray(pcm, np.float32), speed=plan.speed,
-                                  trace=trace)
+                                  word=first_word, words=end_word - first_word, part=part,
+                                  piece_end=spoken.ends, trace=trace)
                 if index == 0:   # it is out: what it took (ahead, for a draft), sending included
                     self.first_chunks.append(ahead or (now_ns() - start) / 1e9)
                 index += 1
         trace = traced(trace, "tts.end")
-        if samples and msg.text:   # what synthesis costs now, per character (wall)
-            spent = ((trace[-1][1] - start) / 1e9 + ahead) / len(msg.text)
+        if samples and text:   # what synthesis costs now, per character (wall)
+            spent = ((trace[-1][1] - start) / 1e9 + ahead) / len(text)
             self.s_per_char = spent if self.s_per_char is None else \
                 0.7 * self.s_per_char + 0.3 * spent
         self.log.info("tts: %s %d chunk(s), %.2f s of speech at speed %.2f (queued %.1f s, "
@@ -253,7 +278,8 @@ class TtsActor(EngineActor):
                       " first chunk made ahead," if ahead else "", (now_ns() - start) / 1e6)
         yield SpeechChunk(utt=msg.utt, tgt_lang=lang, index=index, last=True,
                           sample_rate=engine.sample_rate, pcm=np.zeros(0, np.float32),
-                          speed=plan.speed, skipped=plan.skip or failed, trace=trace)
+                          speed=plan.speed, skipped=plan.skip or failed, word=len(words),
+                          trace=trace)
 
 
 def _until_it_fails(make):

@@ -224,6 +224,15 @@ class SpeechChunk(PcmMessage):
     last: bool = False
     text: str = ""
     speed: float = 1.0        # speaking-rate multiplier the voice used (catching up)
+    #: The words of the translation it speaks: its piece of the synthesis is words
+    #: `word`..`word + words` of `text.split()`, in `part` + 1 parts, this one the piece's
+    #: last if `piece_end`. The `last` chunk: `word` is how many words the translation has.
+    #: A chunk belongs to one synthesis (its sender's epoch); a restarted tts makes the
+    #: rest anew, perhaps cut otherwise, and the player goes on where the old one stopped.
+    word: int = 0
+    words: int = 0
+    part: int = 0
+    piece_end: bool = True
     #: On the `last` chunk: why the translation was not spoken ("" when it was), e.g. the
     #: listener is too far behind (actors.lag). The player says so in its "skipped" event.
     skipped: str = ""
@@ -293,6 +302,9 @@ class Status(Message):
     #: Peers whose heartbeat we take but have not heard for UNREACHABLE_S: seconds silent
     #: (a cut link, a host or actor down).
     unreachable: dict[str, float] = field(default_factory=dict)
+    #: The player: of each utterance it has begun, how many of its words it has whole (a
+    #: restarted tts speaks only the rest).
+    progress: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -408,7 +408,11 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         try:
             try:
                 hf_hub_download(entry.repo, f.path, revision=entry.revision, local_dir=part,
-                                endpoint=endpoint, token=False)
+                                endpoint=endpoint, token=False, tqdm_class=_capped(f.size))
+            except _TooBig as exc:
+                raise ModelsError(f"{name}: the hub sent more than the pinned {human(f.size)} "
+                                  f"of {f.path} ({exc}); stopped, and deleted what came "
+                                  "(a bad mirror or a changed file?)") from None
             except offline as exc:
                 raise ModelsError(_copy_line(entry, folder, "lost the model hub while "
                                              f"downloading {f.path} ({type(exc).__name__})")
@@ -427,6 +431,34 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
             shutil.rmtree(part, ignore_errors=True)
     say(f"voxweft models: {name} is in {folder} (sha256 checked)")
     return folder
+
+
+class _TooBig(Exception):
+    """A download went past its file's pinned size."""
+
+
+def _capped(size: int):
+    """huggingface_hub's progress bar for one file, which stops it past its pinned `size`.
+
+    It shows the download, and raises `_TooBig` the moment more than `size` bytes have come.
+    The sha256 is checked only once the file is whole; without a cap a bad mirror (or a
+    changed file) could fill the disk first. The download loop reports every block it
+    writes to its bar, whether or not the bar is shown.
+    """
+    from tqdm.auto import tqdm
+
+    class Capped(tqdm):
+        def __init__(self, *args, **kwargs) -> None:
+            self.came = int(kwargs.get("initial") or 0)
+            super().__init__(*args, **kwargs)
+
+        def update(self, n: float | None = 1):
+            self.came += int(n or 0)
+            if self.came > size:
+                raise _TooBig(f"{self.came} bytes so far")
+            return super().update(n)
+
+    return Capped
 
 
 def cmd_fetch(name: str) -> int:

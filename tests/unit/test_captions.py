@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import (
@@ -24,7 +24,7 @@ from voxweft.protocol.messages import (
 )
 from voxweft.tools.captions import read_token, url
 from voxweft.tools.captions.room import KEEP, SILENT_S, Room
-from voxweft.tools.captions.server import MAX_STREAMS, QUEUE, RUNNER, Captions
+from voxweft.tools.captions.server import MAX_STREAMS, QUEUE, Captions, start, stop
 from voxweft.tools.subtitles import NOT_SPOKEN
 from voxweft.tools.tap import describe, format_line
 
@@ -234,17 +234,15 @@ def topology():
     return load()
 
 
-async def _serve(captions: Captions, check):
+async def _serve(captions: Captions, check, **options):
     """Serve the page as `serve` does (its runner's options) on a free loopback port."""
-    runner = web.AppRunner(captions.app(), **RUNNER)
-    await runner.setup()
     sock = socket.create_server(("127.0.0.1", 0))
-    await web.SockSite(runner, sock).start()
+    runner, server = await start(captions.app(), sock=sock, **options)
     try:
         async with aiohttp.ClientSession() as session:
             await check(sock.getsockname()[1], session)
     finally:
-        await runner.cleanup()
+        await stop(runner, server)
 
 
 def test_the_server_asks_for_the_token_and_streams_the_state(topology):
@@ -374,6 +372,41 @@ def test_event_streams_are_capped_and_a_browser_that_goes_away_frees_its_slot(to
             s.close()
 
     asyncio.run(_serve(captions, check))
+
+
+def test_connections_are_capped_and_headers_must_come_in_time(topology):
+    """A stranger's idle connections, or headers a byte at a time, cannot hold the server."""
+    captions = Captions(topology, None, token=None)
+
+    def closed_within(conn, seconds: float) -> bool:
+        conn.settimeout(seconds)
+        try:
+            return conn.recv(1024) == b""
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+
+    async def check(port, session):
+        loop = asyncio.get_running_loop()
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")   # and never the end
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port))   # the fourth: over the cap
+        assert await loop.run_in_executor(None, closed_within, extra, 2.0)
+        # The headers that never end: dropped once HEADERS_S (here 1 s) has passed.
+        started = time.monotonic()
+        assert await loop.run_in_executor(None, closed_within, slow, 5.0)
+        assert 0.5 < time.monotonic() - started < 3.0
+        for conn in idle:   # idle connections go the same way
+            assert await loop.run_in_executor(None, closed_within, conn, 3.0)
+        async with session.get(f"http://127.0.0.1:{port}/") as resp:   # room again
+            assert resp.status == 200
+        for conn in (slow, extra, *idle):
+            conn.close()
+
+    asyncio.run(_serve(captions, check, cap=3, keepalive_timeout=1.0))
 
 
 async def _until(condition) -> None:

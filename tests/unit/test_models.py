@@ -224,10 +224,13 @@ def fake_hub(home, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", metadata)
 
-    def download(repo, path, revision, local_dir, endpoint=None, token=None):
+    def download(repo, path, revision, local_dir, endpoint=None, token=None, tqdm_class=None):
         assert token is False
         data, then = served[path]
         (Path(local_dir) / path).parent.mkdir(parents=True, exist_ok=True)
+        with tqdm_class(total=len(data), disable=True) as bar:   # as the real loop reports
+            for i in range(0, len(data), 4):
+                bar.update(len(data[i:i + 4]))
         (Path(local_dir) / path).write_bytes(data)
         if then is not None:
             raise then
@@ -257,3 +260,54 @@ def test_fetch_puts_a_file_in_place_only_once_its_sha256_matches(fake_hub):
     assert models.fetch(entry.name, say=lambda line: None) == folder
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.npz"]
     assert models.catalogue_state(entry, verify=True) == ("verified", "")
+
+
+def test_a_download_is_stopped_once_it_passes_its_pinned_size(home, monkeypatch):
+    """A hub (or mirror) that sends more than the pinned size is cut off mid-stream: the
+    real huggingface_hub downloading from a local HTTP server that never stops sending."""
+    import http.server
+    import threading
+
+    entry = entry_for({"weights.npz": b"0123456789" * 100})
+    monkeypatch.setattr(models, "catalogue", lambda: {entry.name: entry})
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    sent = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _head(self, length=None):
+            self.send_response(200)
+            self.send_header("ETag", '"e"')
+            self.send_header("X-Repo-Commit", entry.revision)
+            if length is not None:
+                self.send_header("Content-Length", str(length))
+            self.end_headers()
+
+        def do_HEAD(self):
+            self._head(1000)   # it says the pinned size ...
+
+        def do_GET(self):
+            self._head()       # ... and sends without end
+            self.close_connection = True
+            try:
+                for _ in range(3000):
+                    self.wfile.write(b"x" * 65536)
+                    sent.append(1)
+            except OSError:
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ModelsError, match="more than the pinned 1.0 kB"):
+            models.fetch(entry.name, endpoint=f"http://127.0.0.1:{server.server_port}",
+                         say=lambda line: None)
+    finally:
+        server.shutdown()
+    assert len(sent) < 1000   # stopped early: not the 200 MB it would have sent
+    folder = models.install_dir(entry)
+    assert not folder.exists() or not any(folder.rglob("*.npz"))

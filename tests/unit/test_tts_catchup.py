@@ -107,14 +107,14 @@ def test_an_engine_that_fails_partway_still_closes_its_utterance(tmp_path):
     topo = parse(raw)
     actor = TtsActor(topo, topo.actors["tts"])
     run_actor(actor, [_say("warm", "Sim.")], src="mt")
-    real = actor.engine.synthesize
+    real = actor.engine.speak
 
     def fails_after_one(*args, **kwargs):
         chunks = real(*args, **kwargs)
         yield next(iter(chunks))
         raise RuntimeError("the model ran out of memory")
 
-    actor.engine.synthesize = fails_after_one
+    actor.engine.speak = fails_after_one
     text = "Nunca foi superado, disse ele, e foi para casa."
     out = [m for m in run_actor(actor, [_say("a", text)], src="mt", loaded=True)
            if isinstance(m, SpeechChunk)]
@@ -125,7 +125,7 @@ def test_an_engine_that_fails_partway_still_closes_its_utterance(tmp_path):
     def fails_at_once(*args, **kwargs):
         raise RuntimeError("no voice")
 
-    actor.engine.synthesize = fails_at_once
+    actor.engine.speak = fails_at_once
     (last,) = run_actor(actor, [_say("b", text)], src="mt", loaded=True)
     assert last.last and last.index == 0 and "failed after 0 chunk(s)" in last.skipped
     p = player(tmp_path)

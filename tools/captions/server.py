@@ -11,7 +11,10 @@ access token in the URL (`?token=...`), and the bus side uses the host's CURVE k
 client of a bus beyond loopback does. A request that calls the server by another name (its
 Host header) is refused: a web page whose own name an attacker points at this address (DNS
 rebinding) would otherwise read the page, token or none. At most MAX_STREAMS browsers are
-served at once; more are turned away (503) and their page retries by itself.
+served at once; more are turned away (503) and their page retries by itself. At most
+MAX_CONNECTIONS connections are open at once (one more is closed as it comes), and a request
+whose headers have not come within HEADERS_S is dropped: a stranger's thousand idle
+connections, or headers sent a byte a minute, cannot take the server's descriptors.
 """
 
 from __future__ import annotations
@@ -41,9 +44,18 @@ KEEPALIVE_S = 15.0
 #: Event streams served at once (each holds a connection and a queue): a room's phones, not
 #: whatever a stranger on the network opens.
 MAX_STREAMS = 32
+#: Connections open at once, at most: the room's streams, their pages loading, and room to
+#: spare. One more is closed as soon as it is accepted.
+MAX_CONNECTIONS = 4 * MAX_STREAMS
+#: A request's headers must have come within this long of its connection's start (or of the
+#: answer before it on that connection); an idle connection closes after it too (aiohttp's
+#: keep-alive timeout, which also runs from the connection's start). An event stream, being
+#: answered, is not idle.
+HEADERS_S = 10.0
 #: aiohttp's server options. A browser that goes away cancels its handler at once, which frees
 #: its event stream's slot (by default aiohttp waits for a write to fail: up to KEEPALIVE_S).
-RUNNER = {"handler_cancellation": True}
+RUNNER = {"handler_cancellation": True, "keepalive_timeout": HEADERS_S,
+          "shutdown_timeout": 1.0}
 #: On every answer: the browser runs only this server's own files, never guesses a type,
 #: sends no address (the URL may hold the token) to another site, and shows the page in no
 #: other site's frame.
@@ -218,6 +230,62 @@ class Captions:
         self.clients.clear()
 
 
+class _Capped:
+    """The server's protocol factory, with at most `cap` connections open at once."""
+
+    def __init__(self, server: web.Server, cap: int) -> None:
+        self.server, self.cap = server, cap
+        self.turned_away = 0
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        if len(self.server.connections) < self.cap:
+            return self.server()
+        self.turned_away += 1
+        if self.turned_away in (1, 10, 100) or self.turned_away % 1000 == 0:
+            log.warning("captions: closed a connection: %d are open already (%d closed so "
+                        "far)", self.cap, self.turned_away)
+        return _Closed()
+
+
+class _Closed(asyncio.Protocol):
+    """A connection over the cap: closed as it is accepted."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+async def start(app: web.Application, *, sock=None, host: str | None = None,
+                port: int | None = None, cap: int = MAX_CONNECTIONS, handle_signals=False,
+                **options) -> tuple[web.AppRunner, asyncio.Server]:
+    """Serve `app` on `sock` or host:port, its connections capped; (runner, server) for `stop`.
+
+    `options` replace RUNNER's (a test's shorter timeout).
+    """
+    runner = web.AppRunner(app, handle_signals=handle_signals, **{**RUNNER, **options})
+    await runner.setup()
+    try:
+        server = await asyncio.get_running_loop().create_server(
+            _Capped(runner.server, cap), host=host, port=port, sock=sock)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, server
+
+
+async def stop(runner: web.AppRunner, server: asyncio.Server) -> None:
+    """Stop accepting, close every connection, run the app's shutdown."""
+    server.close()
+    await runner.cleanup()
+
+
+async def _forever(app: web.Application, bind: str, port: int) -> None:
+    runner, server = await start(app, host=bind, port=port, handle_signals=True)
+    try:
+        await asyncio.Event().wait()   # until SIGTERM or Ctrl-C (aiohttp's GracefulExit)
+    finally:
+        await stop(runner, server)
+
+
 async def _secure(_request: web.Request, response: web.StreamResponse) -> None:
     """HEADERS on every answer, the refusals too."""
     response.headers.update(HEADERS)
@@ -231,8 +299,9 @@ def serve(topology: Topology, host: str | None, bind: str, port: int,
     captions = Captions(topology, host, token, curve, bind)
     print(f"voxweft captions: {url(bind, port, token)}", flush=True)
     try:
-        web.run_app(captions.app(), host=bind, port=port, print=None, shutdown_timeout=1.0,
-                    handle_signals=True, **RUNNER)
+        asyncio.run(_forever(captions.app(), bind, port))
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
     except OSError as exc:
         print(f"voxweft captions: cannot listen on {bind}:{port} ({exc.strerror}); choose "
               "another --port", flush=True)

@@ -218,6 +218,29 @@ class Reference:
         return len(self.pcm) / self.sample_rate
 
 
+@dataclasses.dataclass(frozen=True)
+class Spoken:
+    """Audio of one piece of a synthesis plan (`TtsEngine.plan`), or a part of it."""
+
+    piece: int                # the piece's index in the plan
+    pcm: np.ndarray           # float32 mono in [-1, 1] at the engine's sample_rate
+    ends: bool = True         # the piece's last part (engines that stream within a piece)
+
+
+def word_spans(pieces: list[str], first: int = 0) -> list[tuple[int, int]]:
+    """The words of the text each piece speaks: [start, end) word indices, from `first`.
+
+    The plans cut a text at spaces and join its words again, so piece i is words
+    start..end of `text.split()`.
+    """
+    spans, at = [], first
+    for piece in pieces:
+        n = len(piece.split())
+        spans.append((at, at + n))
+        at += n
+    return spans
+
+
 class TtsEngine(Resources, abc.ABC):
     """Text -> streamed speech for one process; built once by load()."""
 
@@ -256,18 +279,28 @@ class TtsEngine(Resources, abc.ABC):
         """Environment the actor process must start with (e.g. a preload); {} by default."""
         return {}
 
-    @abc.abstractmethod
     def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
                    voice: Reference | None = None) -> Iterator[np.ndarray]:
-        """Yield float32 mono audio in [-1, 1] at ``sample_rate``, one array per clause.
+        """Yield float32 mono audio in [-1, 1] at ``sample_rate``, clause by clause.
 
-        Each clause is yielded as soon as it is ready. Unsupported ``lang`` raises ValueError;
-        empty or whitespace-only text yields nothing. ``speed`` multiplies the configured
-        speaking rate (the tts actor speeds up to catch up with a backlog). ``eager``: a
-        short first chunk, for the first audio's latency; False when that audio would wait
-        at the player anyway (engines whose cost per second of speech is lower in long
-        chunks then make long ones). ``voice``: the speaker's recent speech, for an engine
-        whose `wants_voice()` is true; others ignore it.
+        The audio of `speak()`, without saying which piece each array speaks.
+        """
+        return (spoken.pcm for spoken in self.speak(text, lang, speed, eager, voice))
+
+    @abc.abstractmethod
+    def speak(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+              voice: Reference | None = None) -> Iterator[Spoken]:
+        """Yield the audio of each piece of ``plan(text, eager)`` as soon as it is ready.
+
+        Each `Spoken` names its piece; a piece comes in one part or several (an engine that
+        streams within a piece), the last marked `ends`; a piece whose audio is empty yields
+        nothing. Unsupported ``lang`` raises ValueError at the call; empty or whitespace-only
+        text yields nothing. ``speed`` multiplies the configured speaking rate (the tts actor
+        speeds up to catch up with a backlog). ``eager``: a short first chunk, for the first
+        audio's latency; False when that audio would wait at the player anyway (engines whose
+        cost per second of speech is lower in long chunks then make long ones). ``voice``:
+        the speaker's recent speech, for an engine whose `wants_voice()` is true; others
+        ignore it.
         """
 
     def _check_lang(self, lang: str) -> None:

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 
 from voxweft.actors.engines.tts import (
     Reference,
+    Spoken,
     TtsEngine,
     espeak_path,
     run_espeak,
@@ -63,20 +64,20 @@ class EspeakEngine(TtsEngine):
             if next(self.synthesize("ok", lang), None) is None:
                 raise RuntimeError(f"espeak-ng voice {self.voices[lang]!r} produced no audio")
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
-                   voice: Reference | None = None) -> Iterator[np.ndarray]:
-        """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
+    def speak(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+              voice: Reference | None = None) -> Iterator[Spoken]:
+        """One 22.05 kHz clip per clause (see TtsEngine.speak)."""
         self._ready(lang, self._exe)
         return self._clauses(text, lang, speed)
 
-    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[Spoken]:
         args = [self._exe, "-v", self.voices[lang], "-s", str(round(self.rate_wpm * speed)),
                 "--stdout"]
-        for clause in self.plan(text):
+        for n, clause in enumerate(self.plan(text)):
             audio = self._decode(run_espeak(args, clause))
             audio = trim(audio, self.sample_rate)
             if audio.size:
-                yield audio
+                yield Spoken(n, audio)
 
     def _decode(self, wav_bytes: bytes) -> np.ndarray:
         """WAV on stdout (16-bit mono; header sizes are left at 'unknown') -> float32."""

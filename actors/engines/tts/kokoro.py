@@ -19,6 +19,7 @@ from voxweft.actors.engines.tts import (
     CLOSERS,
     MID_CLAUSE_TAIL_S,
     Reference,
+    Spoken,
     TtsEngine,
     cpu_has_vnni,
     espeak_path,
@@ -282,9 +283,9 @@ class KokoroEngine(TtsEngine):
                 out.append(ipa + mark)
         return " ".join(out).strip()
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
-                   voice: Reference | None = None) -> Iterator[np.ndarray]:
-        """Yield one 24 kHz clip per clause (see TtsEngine.synthesize)."""
+    def speak(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+              voice: Reference | None = None) -> Iterator[Spoken]:
+        """One 24 kHz clip per piece of the plan (see TtsEngine.speak)."""
         self._ready(lang, self._session)
         return self._clauses(text, lang, speed, eager)
 
@@ -299,7 +300,7 @@ class KokoroEngine(TtsEngine):
                               self.max_clause_chars, eager)
 
     def _clauses(self, text: str, lang: str, speed: float = 1.0,
-                 eager: bool = True) -> Iterator[np.ndarray]:
+                 eager: bool = True) -> Iterator[Spoken]:
         for n, clause in enumerate(self.plan(text, eager)):
             phonemes = self.phonemize(clause, lang)
             first = eager and n == 0   # the listener waits for it: all threads
@@ -309,7 +310,7 @@ class KokoroEngine(TtsEngine):
                 # A chunk cut inside a clause runs on into the next one: no pause after it.
                 audio = trim(audio, self.sample_rate, tail_s=MID_CLAUSE_TAIL_S)
             if audio.size:
-                yield audio
+                yield Spoken(n, audio)
 
     @staticmethod
     def _fit(phonemes: str) -> list[str]:

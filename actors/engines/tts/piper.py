@@ -13,6 +13,7 @@ from pydantic import Field
 from voxweft.actors.engines import importing
 from voxweft.actors.engines.tts import (
     Reference,
+    Spoken,
     TtsEngine,
     split_clauses,
     trim,
@@ -82,21 +83,21 @@ class PiperEngine(TtsEngine):
         self._syn = SynthesisConfig(length_scale=1.0 / self.speed, normalize_audio=False)
         next(self._clauses("Ready.", "en"), None)   # first run allocates: pay it here
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
-                   voice: Reference | None = None) -> Iterator[np.ndarray]:
-        """Yield one 22.05 kHz clip per clause (see TtsEngine.synthesize)."""
+    def speak(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+              voice: Reference | None = None) -> Iterator[Spoken]:
+        """One 22.05 kHz clip per clause (see TtsEngine.speak)."""
         self._ready(lang, self._voice)
         return self._clauses(text, lang, speed)
 
-    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[np.ndarray]:
+    def _clauses(self, text: str, lang: str, speed: float = 1.0) -> Iterator[Spoken]:
         syn = self._syn if speed == 1.0 else dataclasses.replace(
             self._syn, length_scale=1.0 / (self.speed * speed))
-        for clause in self.plan(text):
+        for n, clause in enumerate(self.plan(text)):
             # Piper splits its input into sentences itself; a clause is usually one.
             parts = [c.audio_float_array for c in self._voice.synthesize(clause, syn)]
             audio = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
             audio = trim(np.clip(audio, -1.0, 1.0), self.sample_rate)
             if audio.size:
-                yield audio
+                yield Spoken(n, audio)
 
 

@@ -48,6 +48,7 @@ from voxweft.actors.engines import importing, mlx, models
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.engines.tts import (
     Reference,
+    Spoken,
     TtsEngine,
     growing_chunks,
     log,
@@ -369,8 +370,8 @@ class VoxCpm2Engine(TtsEngine):
         return max(4, math.ceil((len(clause) * self.settings.max_s_per_char + 1.0)
                                 / self.patch_s))
 
-    def synthesize(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
-                   voice: Reference | None = None) -> Iterator[np.ndarray]:
+    def speak(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
+              voice: Reference | None = None) -> Iterator[Spoken]:
         """Stream each clause (torch: patch by patch; mlx: whole), faded at its ends.
 
         ``voice`` (with `voice = "speaker"`): a reference, or a prompt when it has its words
@@ -383,13 +384,14 @@ class VoxCpm2Engine(TtsEngine):
         ref = self.voice_for(voice)
         if self.settings.seed is not None:
             self._seed(self.settings.seed)
-        for clause in self.plan(text, eager):
+        for n, clause in enumerate(self.plan(text, eager)):
             chunks = (self._torch_clause(clause, ref) if self.backend == "torch"
                       else self._mlx_clause(clause, ref))
             if speed != 1.0:
                 whole = np.concatenate(list(chunks) or [np.zeros(0, np.float32)])
                 chunks = iter([time_stretch(whole, self.sample_rate, speed)])
-            yield from _faded(chunks, int(FADE_S * self.sample_rate))
+            for pcm, ends in _faded(chunks, int(FADE_S * self.sample_rate)):
+                yield Spoken(n, pcm, ends)
 
     def _check_lang(self, lang: str) -> None:
         if lang not in LANGUAGES:
@@ -438,8 +440,8 @@ def _joined(prompt_text: str) -> str:
     return prompt_text if not prompt_text or prompt_text[-1].isspace() else prompt_text + " "
 
 
-def _faded(chunks: Iterator[np.ndarray], fade: int) -> Iterator[np.ndarray]:
-    """The chunks of one clause, its first faded in and its last faded out.
+def _faded(chunks: Iterator[np.ndarray], fade: int) -> Iterator[tuple[np.ndarray, bool]]:
+    """The chunks of one clause, its first faded in and its last faded out (and marked).
 
     One chunk is held back so the last is known when it goes out; the decoder's chunks are
     continuous, so only a clause's two ends can click against a neighbour.
@@ -451,7 +453,7 @@ def _faded(chunks: Iterator[np.ndarray], fade: int) -> Iterator[np.ndarray]:
         if not len(chunk):
             continue
         if held is not None:
-            yield held
+            yield held, False
         if first:
             chunk = chunk.copy()
             n = min(fade, len(chunk))
@@ -462,4 +464,4 @@ def _faded(chunks: Iterator[np.ndarray], fade: int) -> Iterator[np.ndarray]:
         held = held.copy()
         n = min(fade, len(held))
         held[len(held) - n:] *= np.linspace(1.0, 0.0, n, dtype=np.float32)
-        yield held
+        yield held, True
