@@ -64,7 +64,7 @@ class TtsActor(EngineActor):
         self.drafts = Drafts(self.counters, on_drop=lambda draft: draft.rest.close())
         # The player's last word on each utterance it has begun: how many of its words it
         # has whole. A restarted tts goes on from there (the words before are played).
-        self.progress: dict[str, int] = {}
+        self.player_has: dict[str, int] = {}
         # The speaker's recent speech, when the voice speaks as they do (bounded).
         self.voices = None
         if self.engine.wants_voice():
@@ -181,7 +181,7 @@ class TtsActor(EngineActor):
             return
         if isinstance(msg, Status):
             if msg.src == "player":
-                self.progress = dict(msg.progress)
+                self.player_has = dict(msg.progress)
             return
         if isinstance(msg, Voice):
             if self.voices is not None and msg.sample_rate == BUS_RATE and msg.pcm.ndim == 1:
@@ -202,7 +202,7 @@ class TtsActor(EngineActor):
         # The player has the first `said` words from a synthesis before this process's: the
         # rest is spoken, so the new synthesis follows on from the old without a seam.
         words = msg.text.split()
-        said = min(self.progress.get(msg.utt, 0), len(words))
+        said = min(self.player_has.get(msg.utt, 0), len(words))
         text = " ".join(words[said:]) if said else msg.text
         if said:
             self.counters["resumed"] += 1

@@ -152,4 +152,5 @@ def test_tts_says_the_words_of_each_chunk_and_goes_on_where_the_player_is():
         loaded=True) if isinstance(m, SpeechChunk)]
     assert [(c.word, c.word + c.words) for c in rest if not c.last] == spans[1:]
     assert rest[-1].last and rest[-1].word == len(words) and actor.counters["resumed"] == 1
+    assert actor.progress() == {}   # what it heard is its own: its heartbeat still builds
     assert sum(len(c.pcm) for c in rest) < sum(len(c.pcm) for c in whole)
