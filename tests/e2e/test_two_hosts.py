@@ -263,14 +263,15 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
     messages = _messages(tmp_path)
     # Each stranger was refused for what it is (counted by why, on the socket it tried).
     counted = {a: _statuses(messages, a)[-1][1].counters for a in ("capture", "segmenter")}
+    print("capture's refusals:", {k: v for k, v in counted["capture"].items()
+                                  if k.startswith(("refused", "peers"))})
     for why in ("refused_key", "refused_server_key"):
         assert counted["capture"].get(why, 0) >= 1, (why, counted["capture"])
-    # Without CURVE: the mechanism mismatch, unless the stranger, which sees it too, hung up
-    # and its reset reached capture before capture had read its greeting (seen beside two
-    # CPU hogs): then capture cannot tell why, and counts it `refused_other`.
-    no_curve = sum(counted["capture"].get(why, 0) for why in ("refused_no_curve",
-                                                              "refused_other"))
-    assert no_curve >= 1, counted["capture"]
+    # Without CURVE: the mechanism mismatch. The stranger tries again and again; a try whose
+    # reset reached capture before capture had read its greeting (one in 4-5 beside two CPU
+    # hogs, mostly the first, while capture loads) cannot be told apart and counts as
+    # `refused_other`, but every run has others that count for what they are (3-4 here).
+    assert counted["capture"].get("refused_no_curve", 0) >= 1, counted["capture"]
     assert counted["segmenter"].get("refused_key", 0) >= 1, counted["segmenter"]
     # Clocks: each side knows the other's offset (NTP-style, from the heartbeats) ...
     for src, other, shift in (("player", "ultra", CLOCK_SHIFT_S), ("asr", "ultra", CLOCK_SHIFT_S),
