@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -302,3 +304,41 @@ def test_up_watch_stops_what_it_started_on_sigterm(short_tmp):
             proc.kill()
         if sup.running():
             voxweft("down", "--run-dir", str(run_dir))
+
+
+@pytest.mark.slow
+def test_interpret_runs_beside_a_live_up(short_tmp):
+    """A user's `up` holds the default topology's ports; `interpret` takes free ones, and
+    both pipelines do their work, neither disturbing the other (issue 37)."""
+    from tests.e2e.whole import played_whole
+
+    talk, clip = short_tmp / "talk.wav", short_tmp / "clip.wav"
+    write_session(talk, corpus_clips()[:4])
+    write_session(clip, corpus_clips()[4:5])
+    default = load(None)
+    live = default.with_overrides({"actors": {
+        "capture": {"source": "file", "path": str(talk)},
+        "player": {"sink": "wav", "path": str(short_tmp / "live.wav")}}})
+    assert [live.actors[a].port for a in live.actors] == \
+        [default.actors[a].port for a in default.actors]   # the ports a user's `up` holds
+    topo_path = short_tmp / "live.toml"
+    topo_path.write_text(live.dumps())
+    run_dir = short_tmp / "run"
+    up = voxweft("up", "--topology", str(topo_path), "--run-dir", str(run_dir))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        out = short_tmp / "out"
+        done = voxweft("interpret", "--input", str(clip), "--out", str(out), timeout=400)
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
+        assert rows and all(r["text"] for r in rows)
+        played_whole(out, [r["utt"] for r in rows])
+        status = voxweft("status", "--run-dir", str(run_dir))   # the live one, unharmed
+        lines = status.stdout.splitlines()[1:]
+        assert sum(" ready " in line and "RUNNING" in line for line in lines) == 6, \
+            status.stdout
+        journal = Path(str(short_tmp / "live.wav") + ".journal")
+        wait_for(lambda: journal.exists() and '"utt"' in journal.read_text(), 120,
+                 "the live pipeline to speak")
+    finally:
+        voxweft("down", "--run-dir", str(run_dir))
