@@ -44,7 +44,7 @@ def test_a_slow_machine_skips_what_would_be_too_late_and_keeps_it_in_the_outputs
     run, rows, latency = _run(tmp_path, "live", live=True)
     assert "live: max_lag_s 8" in run.stdout
     # Nothing lost from the text: every utterance transcribed and translated, in order.
-    assert by_clip(rows, placed) and all(r["text"] for r in rows)
+    assert by_clip(rows, placed, tmp_path / "talk.wav") and all(r["text"] for r in rows)
     skipped = [r for r in rows if not r["spoken"]]
     assert skipped, "tts four times slower must fall behind continuous speech"
     assert all("behind the speaker" in r["not_spoken"] for r in skipped)
@@ -61,5 +61,5 @@ def test_a_slow_machine_skips_what_would_be_too_late_and_keeps_it_in_the_outputs
 
     # A file interpreted as a file keeps every utterance, however late.
     run, rows, latency = _run(tmp_path, "file", live=False)
-    assert all(r["spoken"] for r in rows) and by_clip(rows, placed)
+    assert all(r["spoken"] for r in rows) and by_clip(rows, placed, tmp_path / "talk.wav")
     assert max(u["speech_end_to_first_audio_s"] for u in latency) > MAX_LAG_S + SLACK_S

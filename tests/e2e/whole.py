@@ -21,6 +21,11 @@ ACTORS = ("capture", "segmenter", "asr", "mt", "tts", "player")
 #: The pieces of a clip cover it to within this (the segmenter's pre-roll and hangover are
 #: shorter; a word is longer).
 COVER_S = 0.6
+#: A hole between two pieces of a clip holds no word: no 20 ms of it this loud (RMS, full
+#: scale 1). The LJ clips' speech: 5 % of its 20 ms windows over 0.01 are under 0.013, half
+#: over 0.068; their pauses are under 0.005. (Before, a hole of up to COVER_S passed: a short
+#: word, "has" or "in", fits in 0.6 s.)
+WORD_RMS = 0.03
 #: Character error rate of one clip's transcript against its reference, at most: Whisper
 #: base makes ~6 % word errors on these clips (docs/performance.md), often a compound spelt
 #: otherwise ("blockbooks": two word errors, one character); a piece of 4 words or more
@@ -77,12 +82,23 @@ def actor_pid(tmp_root: Path, actor: str) -> int | None:
     return None
 
 
-def by_clip(transcripts: list[dict], placed: list[tuple[float, Path]]) -> list[list[dict]]:
+def loudest_s(recording: Path, start_s: float, end_s: float) -> float:
+    """The RMS of the loudest 20 ms of `recording` between two times (0 for none)."""
+    audio, rate = sf.read(recording, dtype="float32", start=max(0, int(start_s * 16000)),
+                          stop=max(0, int(end_s * 16000)))
+    n = int(0.02 * rate)
+    return max((float(np.sqrt(np.mean(audio[i:i + n] ** 2)))
+                for i in range(0, len(audio) - n + 1, n)), default=0.0)
+
+
+def by_clip(transcripts: list[dict], placed: list[tuple[float, Path]],
+            recording: Path | None = None) -> list[list[dict]]:
     """The transcript rows of each placed clip, in order.
 
     A clip is one utterance, or several pieces when a long one was committed up to a pause
     inside it (simultaneous commits): the pieces tile it, in order, without overlap and
-    without a hole, from its first word to its last.
+    without a hole, from its first word to its last. With the `recording` (16 kHz), a hole
+    between two pieces must hold no word (WORD_RMS); without, it must be under COVER_S.
     """
     ends = [at + sf.info(str(clip)).duration for at, clip in placed]
     pieces: list[list[dict]] = [[] for _ in placed]
@@ -99,6 +115,9 @@ def by_clip(transcripts: list[dict], placed: list[tuple[float, Path]]) -> list[l
         for a, b in zip(clip, clip[1:], strict=False):
             assert a["media_end_s"] <= b["media_start_s"] + 1e-3, (a, b)   # nothing twice
             assert b["media_start_s"] - a["media_end_s"] < COVER_S, (a, b)  # nothing left out
+            if recording is not None and b["media_start_s"] > a["media_end_s"]:
+                loud = loudest_s(recording, a["media_end_s"], b["media_start_s"])
+                assert loud < WORD_RMS, f"speech between two pieces ({loud:.3f}): {a}, {b}"
         assert clip[0]["media_start_s"] < at + COVER_S and \
             clip[-1]["media_end_s"] > end - COVER_S, (at, end, clip)
     return pieces
@@ -170,7 +189,9 @@ def spoken_as_translated(out: Path) -> list[tuple[str, list[str]]]:
 def heard_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
     """Every clip transcribed once, in order, at its time, recognisably (transcript.jsonl)."""
     transcripts = [json.loads(x) for x in (out / "transcript.jsonl").read_text().splitlines()]
-    for pieces, (at, clip) in zip(by_clip(transcripts, placed), placed, strict=True):
+    recording = out.parent / "talk.wav"   # where build_recording's callers put it
+    pieces_of = by_clip(transcripts, placed, recording if recording.is_file() else None)
+    for pieces, (at, clip) in zip(pieces_of, placed, strict=True):
         assert abs(pieces[0]["media_start_s"] - at) < COVER_S, (pieces, at)
         said = " ".join(row["text"] for row in pieces)
         score = content_error(clip.with_suffix(".txt").read_text(), said)
