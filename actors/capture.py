@@ -16,6 +16,15 @@ from voxweft.actors.sources import FileSource, MicrophoneSource
 from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, Status
 
 log = logging.getLogger("voxweft.capture")
+#: A microphone that sends exact zeros this long hears nothing: no input is that quiet (an
+#: idle or muted analog input still has noise). On macOS it is a missing microphone
+#: permission (voxweft started over SSH, or from an app not allowed): nothing else says so.
+DIGITAL_SILENCE_S = 3.0
+DIGITAL_SILENCE = ("the microphone sends only exact zeros (digital silence): on macOS allow "
+                   "the microphone for the app that started voxweft (System Settings > Privacy "
+                   "& Security > Microphone; over SSH there is none: start `voxweft up` in a "
+                   "Terminal of the logged-in user); elsewhere check the input is not muted "
+                   "(docs/mac.md)")
 
 
 class CaptureActor(Actor):
@@ -40,6 +49,8 @@ class CaptureActor(Actor):
         self.stalled_since: float | None = None   # file: waiting for the pipeline (credit)
         self.dropping_since: float | None = None  # microphone: dropping, the segmenter behind
         self.fed_from_ms = 0    # file: where we started feeding the segmenter we hear now
+        self.zeros_s = 0.0      # microphone: seconds of exact zeros in a row
+        self.silent = False     # ... for DIGITAL_SILENCE_S at least: it hears nothing
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """Whose heartbeats to hear.
@@ -86,9 +97,26 @@ class CaptureActor(Actor):
         return self.source.describe()
 
     def health(self) -> str:
-        """Degraded while the microphone is lost."""
+        """Degraded while the microphone is lost, or sends digital silence."""
         lost = getattr(self.source, "lost", "")
-        return f"input device {self.config.device or 'default'!r} lost: {lost}" if lost else ""
+        if lost:
+            return f"input device {self.config.device or 'default'!r} lost: {lost}"
+        return DIGITAL_SILENCE if self.silent else ""
+
+    def _listen(self, pcm: np.ndarray) -> None:
+        """Notice a microphone that sends exact zeros (say so once), and its sound again."""
+        if not pcm.size:
+            return
+        if np.any(pcm):
+            if self.silent:
+                self.log.warning("capture: the microphone sends sound again")
+            self.zeros_s, self.silent = 0.0, False
+            return
+        self.zeros_s += pcm.size / BUS_RATE
+        if self.zeros_s >= DIGITAL_SILENCE_S and not self.silent:
+            self.silent = True
+            self.counters["digital_silence"] += 1
+            self.log.error("capture: %s", DIGITAL_SILENCE)
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Remember the peers' status (the file source's start condition)."""
@@ -125,6 +153,7 @@ class CaptureActor(Actor):
         if self.config.source == "microphone":
             behind = self._behind_s() > self.config.max_ahead_s
             for pcm, first_ns in self.source.read_timed():
+                self._listen(pcm)
                 if behind:
                     self._drop(pcm)
                 else:

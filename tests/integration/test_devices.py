@@ -437,3 +437,29 @@ def test_live_audio_is_dropped_only_at_capture_and_counted(pulse):  # noqa: F811
         assert abs(gap - cap.counters["behind_ms"] / 1000) < 0.05, gap   # time stays true
     finally:
         cap.close()
+
+
+def test_a_microphone_that_sends_exact_zeros_is_said_to_hear_nothing(pulse):  # noqa: F811
+    """The null sink's monitor with nothing playing sends exact zeros, as a Mac's microphone
+    does without the permission (`up` over SSH): capture says so within a few seconds, in
+    one line (its health: the heartbeat, `voxweft status`, the captions page), and clears
+    it when sound comes (issue 38)."""
+    from voxweft.actors import capture as capture_module
+
+    cap = microphone_capture()
+    try:
+        deadline = time.monotonic() + capture_module.DIGITAL_SILENCE_S + 3
+        while time.monotonic() < deadline and not cap.health():
+            tick_for(cap, 0.2)
+        assert cap.health() == capture_module.DIGITAL_SILENCE
+        assert "Privacy & Security > Microphone" in cap.health()
+        assert cap.counters["digital_silence"] == 1
+        clip = corpus_clips()[0]
+        player = subprocess.Popen(["paplay", str(clip)])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and cap.health():
+            tick_for(cap, 0.2)
+        player.kill()
+        assert cap.health() == "", "sound came, and capture still says it hears nothing"
+    finally:
+        cap.close()
