@@ -399,6 +399,7 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         raise ModelsError(f"{name}: the hub answered commit {meta.commit_hash} for revision "
                           f"{entry.revision}; refusing")
     folder.mkdir(parents=True, exist_ok=True)
+    _room_for(name, folder, sum(f.size for f in todo))
     for f in todo:
         say(f"voxweft models: {name}: {f.path} ({human(f.size)}) from {entry.repo}")
         # Into a folder of its own beside the model's files, moved to its name (atomically:
@@ -431,6 +432,20 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
             shutil.rmtree(part, ignore_errors=True)
     say(f"voxweft models: {name} is in {folder} (sha256 checked)")
     return folder
+
+
+#: Left free on the models' disk after a fetch, beyond the files themselves (the system, the
+#: venv's caches, logs): a fetch that would leave less is refused before it starts.
+SPARE_BYTES = 1_000_000_000
+
+
+def _room_for(name: str, folder: Path, size: int) -> None:
+    """Refuse, in one line, a download the disk under `folder` has no room for."""
+    free = shutil.disk_usage(folder).free
+    if free < size + SPARE_BYTES:
+        raise ModelsError(f"{name}: needs {human(size)} in {folder}, and {human(free)} is free "
+                          f"there (keeping {human(SPARE_BYTES)} spare); free some space, or "
+                          "set VOXWEFT_MODELS to a folder on a larger disk")
 
 
 class _TooBig(Exception):

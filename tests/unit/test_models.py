@@ -311,3 +311,18 @@ def test_a_download_is_stopped_once_it_passes_its_pinned_size(home, monkeypatch)
     assert len(sent) < 1000   # stopped early: not the 200 MB it would have sent
     folder = models.install_dir(entry)
     assert not folder.exists() or not any(folder.rglob("*.npz"))
+
+
+def test_a_fetch_the_disk_has_no_room_for_is_refused_before_it_starts(fake_hub, monkeypatch):
+    import collections
+
+    entry, serve = fake_hub
+    serve("config.json", b"{}")
+    serve("weights.npz", b"0123456789")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(models.shutil, "disk_usage",
+                        lambda path: usage(10**12, 10**12 - 10**8, 10**8))   # 100 MB free
+    with pytest.raises(ModelsError, match=r"needs 12 B in .*100.0 MB is free there.*"
+                                          r"VOXWEFT_MODELS"):
+        models.fetch(entry.name, say=lambda line: None)
+    assert not any(models.install_dir(entry).iterdir())   # nothing started
