@@ -268,6 +268,9 @@ def _machine_commands(sub) -> None:
     sp.add_argument("--topology", action="append",
                     help="also this topology (every deploy/*.toml is always read)")
     sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.add_argument("--host", help="which host of a several-host topology this machine is "
+                                   "(default: the one whose address is this machine's); "
+                                   "only it is judged")
     sp.set_defaults(fn=cmd_doctor)
 
 

@@ -45,5 +45,5 @@ def cmd_doctor(args) -> int:
     """What this machine is and has, and whether each topology fits it."""
     from voxweft.tools import doctor
 
-    return doctor.cmd_doctor(args.measure, args.json, args.topology)
+    return doctor.cmd_doctor(args.measure, args.json, args.topology, args.host)
 

@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -256,12 +257,38 @@ def _measured(stage: str, config, src: str, tgt: str, cache: dict,
 
 # --- the topologies ------------------------------------------------------------------------
 
+def local_addresses() -> set[str]:
+    """The IP addresses of this machine's interfaces."""
+    import psutil
+
+    return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values()
+            for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
+
+
+def hosts_here(base, host: str | None = None) -> set[str]:
+    """The hosts of a topology this machine is, which doctor judges.
+
+    The only host in use (a one-machine topology); else `host` if named; else those whose
+    address is one of this machine's. Another machine's timings and memory say nothing of
+    this one: a two-host topology is judged host by host, each on itself.
+    """
+    in_use = base.hosts_in_use()
+    if len(in_use) == 1:   # a topology for one machine: this one
+        return set(in_use)
+    if host is not None:
+        return {host} & set(in_use)
+    mine = local_addresses()
+    return {h for h in in_use if base.hosts[h].address in mine}
+
+
 def topology_report(path: Path, measure_engines: bool, cache: dict | None = None,
-                    say: Callable[[str], None] = print) -> dict:
+                    say: Callable[[str], None] = print, host: str | None = None) -> dict:
     """Per host in use: runs here (its engines construct), memory line, and measured budgets.
 
-    With `measure_engines`, `verdict` holds budget.verdict's lines (`voxweft up`'s) for
-    every host whose engines were all measured. `cache` shares measures between topologies.
+    Only the hosts this machine is (`hosts_here`, `host`: its name) are judged; another
+    host's entry says where to run doctor for it. With `measure_engines`, `verdict` holds
+    budget.verdict's lines (`voxweft up`'s) for every judged host whose engines were all
+    measured. `cache` shares measures between topologies.
     """
     cache = {} if cache is None else cache
     report: dict = {"file": path.name, "path": str(path), "error": "", "hosts": []}
@@ -270,25 +297,33 @@ def topology_report(path: Path, measure_engines: bool, cache: dict | None = None
     except TopologyError as exc:
         report["error"] = str(exc)
         return report
+    here = hosts_here(base, host)
     budgets = {}
-    for host in base.hosts_in_use():
-        entry: dict = {"host": host, "actors": base.actors_on(host), "runs_here": True,
-                       "error": ""}
+    for name in base.hosts_in_use():
+        if name not in here:
+            report["hosts"].append({
+                "host": name, "actors": base.actors_on(name), "judged": False,
+                "why": f"run `voxweft doctor --host {name}` on that machine" + (
+                    "" if host else "; this machine has none of the hosts' addresses: "
+                    "pass --host NAME to say which it is")})
+            continue
+        entry: dict = {"host": name, "actors": base.actors_on(name), "judged": True,
+                       "runs_here": True, "error": ""}
         try:
-            topology = topo_mod.load(path, host)   # constructs this host's engines
+            topology = topo_mod.load(path, name)   # constructs this host's engines
         except TopologyError as exc:
             topology = base
             entry.update(runs_here=False, error=str(exc))
         try:
-            fits, line = memory_check(topology, host)
+            fits, line = memory_check(topology, name)
         except (ImportError, KeyError, ValueError, TypeError) as exc:
-            fits, line = None, f"memory on {host}: cannot estimate here ({_one_line(exc)})"
+            fits, line = None, f"memory on {name}: cannot estimate here ({_one_line(exc)})"
         entry["memory"] = {"fits": fits, "line": line}
         if measure_engines and entry["runs_here"]:
             entry["measured"] = {
                 stage: _measured(stage, topology.actors[stage], base.src_lang, base.tgt_lang,
                                  cache, say)
-                for stage in STAGES if topology.actors[stage].host == host}
+                for stage in STAGES if topology.actors[stage].host == name}
             budgets.update({stage: result["budget"] for stage, result
                             in entry["measured"].items() if "budget" in result})
         report["hosts"].append(entry)
@@ -365,6 +400,10 @@ def topology_lines(t: dict) -> list[str]:
     lines = [t["file"]]
     verdict = t.get("verdict", {}).get("lines", [])
     for h in t["hosts"]:
+        if not h["judged"]:
+            lines.append(f"  host {h['host']} ({', '.join(h['actors'])}): not judged here: "
+                         f"{h['why']}")
+            continue
         here = "runs here" if h["runs_here"] else f"cannot run here: {h['error']}"
         lines += [f"  host {h['host']} ({', '.join(h['actors'])}): {here}",
                   f"    {h['memory']['line']}"]
@@ -380,23 +419,25 @@ def topology_lines(t: dict) -> list[str]:
 
 
 def report(measure_engines: bool, topologies: list[str] | None = None,
-           say: Callable[[str], None] = print) -> dict:
+           say: Callable[[str], None] = print, host: str | None = None) -> dict:
     """The whole report as one JSON-ready dict."""
     paths = topology_paths(topologies)
     cache: dict = {}
     return {"machine": machine(), "engines": engines_installed(),
             "pairs": languages_report(), "models": models_inventory(paths),
-            "measured": measure_engines,
-            "topologies": [topology_report(p, measure_engines, cache, say) for p in paths]}
+            "measured": measure_engines, "host": host,
+            "topologies": [topology_report(p, measure_engines, cache, say, host)
+                           for p in paths]}
 
 
-def cmd_doctor(measure: bool, as_json: bool, topologies: list[str] | None = None) -> int:
+def cmd_doctor(measure: bool, as_json: bool, topologies: list[str] | None = None,
+               host: str | None = None) -> int:
     """`voxweft doctor`: print the report (text section by section, or one JSON object)."""
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     if as_json:
-        print(json.dumps(report(measure, topologies, progress), indent=2))
+        print(json.dumps(report(measure, topologies, progress, host), indent=2))
         print(PASTE_HINT, file=sys.stderr)
         return 0
     paths = topology_paths(topologies)
@@ -410,7 +451,7 @@ def cmd_doctor(measure: bool, as_json: bool, topologies: list[str] | None = None
     print("== topologies", flush=True)
     cache: dict = {}
     for path in paths:
-        print("\n".join(topology_lines(topology_report(path, measure, cache, progress))),
+        print("\n".join(topology_lines(topology_report(path, measure, cache, progress, host))),
               flush=True)
     if not measure:
         print(MEASURE_HINT)

@@ -61,9 +61,12 @@ def test_json_report_has_the_machine_engines_models_and_every_topology(capsys):
     for t in topologies.values():
         assert t["error"] == "" and t["hosts"] and "verdict" not in t
         for host in t["hosts"]:
-            assert host["memory"]["line"].startswith(f"memory on {host['host']}:")
+            if host["judged"]:
+                assert host["memory"]["line"].startswith(f"memory on {host['host']}:")
             assert "measured" not in host
     assert [h["host"] for h in topologies["two-hosts.toml"]["hosts"]] == ["m2", "ultra"]
+    # Neither is this machine (their addresses are a LAN's): neither is judged with its figures.
+    assert not any(h["judged"] for h in topologies["two-hosts.toml"]["hosts"])
     # mac.toml's models are not fetched here: the estimate comes from the catalogue
     mac = topologies["mac.toml"]["hosts"][0]
     assert mac["runs_here"] is True
@@ -173,3 +176,28 @@ def test_cli_parses_the_doctor_options(argv):
     args = cli.build_parser().parse_args(argv)
     assert (args.measure, args.json, args.topology, args.fn) == (True, False, ["x.toml"],
                                                                   cli_machine.cmd_doctor)
+
+
+def test_a_two_host_topology_is_judged_only_for_the_host_this_machine_is(tmp_path, capsys):
+    """The Ultra's actors are not judged with the M2's memory and timings (issue 38)."""
+    path = ROOT / "deploy" / "two-hosts.toml"
+    m2 = doctor.topology_report(path, measure_engines=False, host="m2")
+    judged = {h["host"]: h["judged"] for h in m2["hosts"]}
+    assert judged == {"m2": True, "ultra": False}
+    m2_actors = [h for h in m2["hosts"] if h["judged"]][0]
+    assert m2_actors["memory"]["line"].startswith("memory on m2:")
+    lines = doctor.topology_lines(m2)
+    ultra = [x for x in lines if "host ultra" in x]
+    assert len(ultra) == 1 and "not judged here: run `voxweft doctor --host ultra` on that " \
+        "machine" in ultra[0]
+    assert not any(x.strip().startswith("memory on ultra") for x in lines)
+    # By its addresses: a host whose address is this machine's is judged without --host.
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    raw["hosts"]["ultra"]["address"] = "127.0.0.1"
+    here = tmp_path / "here.toml"
+    here.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    report = doctor.topology_report(here, measure_engines=False)
+    assert {h["host"]: h["judged"] for h in report["hosts"]} == {"m2": False, "ultra": True}
+    # A one-machine topology is this machine's whatever --host says.
+    one = doctor.topology_report(ROOT / "deploy" / "default.toml", False, host="m2")
+    assert [h["judged"] for h in one["hosts"]] == [True]
