@@ -40,6 +40,7 @@ class _Draft:
     first: engines.tts.Spoken
     rest: Iterator[engines.tts.Spoken]
     made_s: float             # what making the first chunk took
+    spans: list[tuple[int, int]]   # the words of each piece of its plan
 
 
 class TtsActor(EngineActor):
@@ -158,13 +159,17 @@ class TtsActor(EngineActor):
         if queued > self.first_chunk_s():
             self.counters["drafts_not_needed"] += 1
             return
+        # The plan now: an engine may size its pieces by what it measures, which changes
+        # before the rest of the draft is made.
+        spans = engines.tts.word_spans(engine.plan(msg.text, eager=not plan.long_chunks))
         chunks = engine.speak(msg.text, lang, plan.speed, eager=not plan.long_chunks,
                               voice=self.voice(msg))
         first = next(chunks, None)
         if first is None:
             return
         made_s = (now_ns() - start) / 1e9
-        self.drafts.keep(msg.utt, (msg.text, lang), _Draft(plan, engine, first, chunks, made_s),
+        self.drafts.keep(msg.utt, (msg.text, lang), _Draft(plan, engine, first, chunks, made_s,
+                                                             spans),
                          made_s)
         self.log.info("tts: %s (draft) first chunk made ahead in %.0f ms", msg.utt,
                       made_s * 1000)
@@ -211,8 +216,9 @@ class TtsActor(EngineActor):
         # Not spoken (or spoken in part already): its drafts are wasted (no key matches None).
         draft = self.drafts.take(msg.utt, None if plan.skip or said else (msg.text, lang))
         ahead = 0.0   # time spent on this translation before it came (its draft)
+        spans: list[tuple[int, int]] = []
         if draft is not None:
-            plan, engine, ahead = draft.plan, draft.engine, draft.made_s
+            plan, engine, ahead, spans = draft.plan, draft.engine, draft.made_s, draft.spans
             chunks = itertools.chain([draft.first], draft.rest)
             trace = traced(trace, "tts.draft")
         else:
@@ -221,7 +227,6 @@ class TtsActor(EngineActor):
         for step in plan.steps():
             self.counters[f"lag_{step}"] += 1
         index, samples, failed = 0, 0, ""
-        spans: list[tuple[int, int]] = []
         if plan.skip:
             self.log.warning("tts: %s not spoken: %s", msg.utt, plan.skip)
         elif msg.text and lang not in engine.languages():
@@ -230,8 +235,9 @@ class TtsActor(EngineActor):
                            engine.name, ", ".join(sorted(engine.languages())))
         elif text:
             # Each chunk says which words of the translation it speaks (the plan's pieces).
-            spans = engines.tts.word_spans(engine.plan(text, eager=not plan.long_chunks), said)
             if chunks is None:
+                spans = engines.tts.word_spans(engine.plan(text, eager=not plan.long_chunks),
+                                               said)
                 chunks = _until_it_fails(lambda: engine.speak(
                     text, lang, plan.speed, eager=not plan.long_chunks,
                     voice=self.voice(msg)))
