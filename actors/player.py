@@ -56,6 +56,9 @@ QUEUE_UTTERANCES = 2 * OUTBOX_UTTERANCES
 UTTERANCE_CHUNKS = 4096
 #: The utterances begun whose progress the heartbeat lists at most (the head one, mostly).
 PROGRESS_LISTED = 16
+#: Audio of an utterance begun that comes this much after the audio before it has played is
+#: an underrun (a hole the listener hears); less is the player's own tick (20 ms).
+UNDERRUN_S = 0.04
 
 
 @dataclass
@@ -85,6 +88,9 @@ class Utterance:
     fed_to: int = 0               # words written whole (their piece's last part written)
     spans: list[list[int]] = field(default_factory=list)   # word spans written, in order
     of: int | None = None         # how many words the translation has (its last chunk says)
+    underruns: int = 0            # holes heard inside it: a chunk came after the last played
+    underrun_s: float = 0.0
+    heard_until_ns: int = 0       # when its audio written so far will have been heard
 
 
 class PlayerActor(Actor):
@@ -438,7 +444,14 @@ class PlayerActor(Actor):
             u.complete = False   # the device is gone: this audio is not heard
         if not len(pcm) and not end:
             return
+        if len(pcm) and u.started_ns is not None:
+            late_s = (now_ns() - u.heard_until_ns) / 1e9
+            if late_s > UNDERRUN_S:   # the listener heard a hole inside the utterance
+                u.underruns += 1
+                u.underrun_s += late_s
+                self.counters["underruns_inside"] += 1
         start_ns = self.sink.write(pcm, cut=self.cut_next and len(pcm) > 0, end=end)
+        u.heard_until_ns = self.sink.busy_until_ns()
         if len(pcm):
             self.cut_next = False
             u.played_s += len(pcm) / self.sink.rate
@@ -511,6 +524,7 @@ class PlayerActor(Actor):
         end_ns = self.sink.busy_until_ns()
         event = PlaybackEvent(utt=u.utt, event="finished", duration_s=round(u.played_s, 3),
                               complete=u.complete, reason="" if u.complete else u.skipped,
+                              underruns=u.underruns, underrun_s=round(u.underrun_s, 3),
                               trace=traced(u.trace, "play.end", end_ns))
         self._schedule(end_ns, event)
 

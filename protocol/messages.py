@@ -249,6 +249,10 @@ class PlaybackEvent(Message):
     duration_s: float = 0.0
     complete: bool = True     # False when a gap timed out before the last chunk came
     reason: str = ""          # skipped: why it was not spoken ("" for an empty translation)
+    #: finished: how often the listener heard a hole inside it (the next chunk came after the
+    #: one before had played: an underrun), and how long they were in all (s)
+    underruns: int = 0
+    underrun_s: float = 0.0
     trace: Trace = ()
 
 

@@ -581,3 +581,18 @@ def test_player_reading_a_file_waits_for_a_held_utterance_only_so_long(tmp_path,
     finished = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
     assert len(finished) == 1 and not finished[0].complete
     assert p.counters["held_too_long"] == 1 and p.counters["incomplete_utterances"] == 1
+
+
+def test_player_counts_the_holes_heard_inside_an_utterance(tmp_path):
+    """A chunk that comes after the one before has played is a hole the listener hears
+    (an underrun): counted on the utterance's `finished` event, for the bench (issue 38)."""
+    p = player(tmp_path, gap_ms=2000)
+    out = run_actor(p, [TTS_READY, chunk("a", 0, seconds=0.1)], src="tts", ticks=2)
+    time.sleep(0.35)   # chunk 1 comes ~0.25 s after chunk 0 has played
+    out += run_actor(p, [chunk("a", 1, seconds=0.1), chunk("a", 2, seconds=0.1),
+                         chunk("a", 3, True)], src="tts", ticks=20, tick_sleep_s=0.02,
+                     loaded=True)
+    p.close()
+    (done,) = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert done.underruns == 1 and 0.15 < done.underrun_s < 0.5, done
+    assert p.counters["underruns_inside"] == 1

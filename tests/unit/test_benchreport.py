@@ -355,3 +355,16 @@ def test_compare_scores_the_new_translations_against_the_old_ones():
     assert translation_chrf(old, old)["chrf"] == 100
     assert "translations, new against old: chrF" in compare(old, new)
     assert translation_chrf(old, rows(("z", 0, 0.0, "x"))) is None
+
+
+def test_underruns_inside_utterances_are_counted_and_reported():
+    from voxweft.tools.bench.score import _underruns
+
+    rows = [{"underruns": 0, "underrun_s": 0.0}, {"underruns": 2, "underrun_s": 0.61},
+            {"underruns": None, "underrun_s": None}, {"underruns": 1, "underrun_s": 0.2}]
+    summary = _underruns(rows)
+    assert summary == {"underruns": 3, "utterances": 2, "of": 3, "s_total": 0.81,
+                       "s_max": 0.61}
+    md = br.markdown({**sample_report(), "underruns": summary})
+    assert "- underruns inside an utterance (the next chunk came after the one before had " \
+           "played): 3 in 2 of 3 utterances, 0.810 s in all, longest 0.610 s" in md

@@ -285,6 +285,12 @@ def markdown(report: dict) -> str:
                       f"{fmt(get(joins, 'silence_s', 'p50'))} s, max "
                       f"{fmt(get(joins, 'silence_s', 'max'))} s; clicks "
                       f"{fmt(joins.get('clicks'))} (largest step {fmt(joins.get('step_max'))})"]
+    under = report.get("underruns")
+    if isinstance(under, dict):
+        lines += [f"- underruns inside an utterance (the next chunk came after the one before "
+                  f"had played): {fmt(under.get('underruns'))} in {fmt(under.get('utterances'))} "
+                  f"of {fmt(under.get('of'))} utterances, {fmt(under.get('s_total'))} s in all, "
+                  f"longest {fmt(under.get('s_max'))} s"]
 
     soak = report.get("soak")
     if isinstance(soak, dict):

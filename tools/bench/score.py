@@ -64,6 +64,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         "latency": latency,
         "longform": None if fast else _longform(collected, rows, placed, duration_s, t0_ns),
         "sentences": _sentences(collected, rows, groups, t0_ns),
+        "underruns": _underruns(rows),
         "floor": {"pipeline_s": pipeline, "floor_s": floor_s, "ratio_p50": ratio,
                   "stages": _floor_stages(rows), "load_s": floor.get("load_s")},
         "bus": bus,
@@ -79,6 +80,18 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
     }
     report["targets"] = _targets(report)
     return report
+
+
+def _underruns(rows: list[dict]) -> dict:
+    """The holes heard inside utterances (the player's underruns).
+
+    How many, in how many utterances, how long in all and the longest utterance's.
+    """
+    heard = [r for r in rows if r.get("underruns") is not None]
+    holes = [r for r in heard if r["underruns"]]
+    return {"underruns": sum(r["underruns"] for r in heard), "utterances": len(holes),
+            "of": len(heard), "s_total": round(sum(r["underrun_s"] for r in holes), 3),
+            "s_max": max((r["underrun_s"] for r in holes), default=0.0)}
 
 
 def _spoken(collected: BenchCollector, rows: list[dict], placed: list[Placed],
@@ -406,6 +419,8 @@ def _targets(report: dict) -> list[dict]:
                    ((sentences.get("offsets") or {}).get("end_offset_s") or {}).get("p50")))
     out.append(row("holes inside a sentence", 0, None,
                    (sentences.get("joins") or {}).get("holes")))
+    out.append(row("underruns inside an utterance", 0, None,
+                   (report.get("underruns") or {}).get("underruns")))
     out.append(row("tts CPU s per s of source", 0.8, None, spoken.get("tts_cpu_per_source_s")))
     lag = report.get("lag") or {}
     if lag.get("max_lag_s"):

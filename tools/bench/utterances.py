@@ -74,6 +74,9 @@ def utterance_rows(collected: BenchCollector, placed: list[Placed], floor: dict,
             "played": utt in collected.started, "speed": collected.speed.get(utt),
             # False: the player gave up on it part of the way (a chunk came too late)
             "complete": collected.ended[utt].complete if utt in collected.ended else None,
+            # Holes heard inside it: a chunk came after the one before had played
+            "underruns": collected.ended[utt].underruns if utt in collected.ended else None,
+            "underrun_s": collected.ended[utt].underrun_s if utt in collected.ended else None,
             "not_spoken": collected.unspoken(utt), **lat,
             "speech_end_to_first_voiced_s": _first_voiced(collected, utt,
                                                           lat["speech_end_to_first_audio_s"]),
