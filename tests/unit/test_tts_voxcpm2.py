@@ -16,7 +16,7 @@ import pytest
 from tests.unit.helpers import run_actor
 from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2
 from voxweft.actors import engines
-from voxweft.actors.engines.tts import Reference
+from voxweft.actors.engines.tts import Pace, Reference
 from voxweft.actors.engines.tts.stretch import time_stretch
 from voxweft.actors.tts import TtsActor
 from voxweft.actors.voice import VoiceMemory, voiced
@@ -154,8 +154,8 @@ def test_a_runaway_generation_ends_at_its_texts_bound(runaway, backend):
     e = _engine(runaway, backend, max_s_per_char=0.1)
     short, long = "Sim, claro.", "Sim, claro, e depois voltamos todos juntos para casa."
     for text in (short, long):
-        samples = len(_audio(e, text))
-        pieces = e.plan(text)        # each piece is bounded by its own length
+        pieces = e.plan(text)        # each piece is bounded by its own length (the plan is
+        samples = len(_audio(e, text))   # made before: on mlx each piece made sizes the next)
         bound = sum(e.max_patches(p) for p in pieces) * e.patch_s * e.sample_rate
         assert 0.9 * bound <= samples <= bound + 16 * len(pieces), (text, samples, bound)
     assert e.max_patches(long) > 2 * e.max_patches(short)
@@ -228,9 +228,15 @@ def test_mlx_first_audio_leaves_after_a_short_first_piece(runaway):
     e = _engine(runaway, "mlx", max_s_per_char=0.05)
     text = ("Hoje de manhã eu fui ao mercado da cidade comprar frutas e legumes frescos "
             "para a semana inteira, e depois voltei para casa com a minha irmã mais nova.")
+    e.pace = Pace(prefill_s=0.1, rate=0.3)   # a fast machine: pieces grow quickly
     pieces = e.plan(text)
     assert pieces[0] == "Hoje de manhã"    # a few words, not ending on "eu" or "ao"
     assert len(pieces) >= 3 and len(pieces[1]) > len(pieces[0])     # then longer pieces
+    # A slower one: each piece no longer than what is made while the one before plays.
+    fast, e.pace = e.pace, Pace(prefill_s=0.3, rate=0.6)
+    slow = e.plan(text)
+    assert len(slow) > len(pieces) and " ".join(slow) == text
+    e.pace = fast
     assert " ".join(pieces) == text
     assert e.plan(text, eager=False)[0] != pieces[0]     # not eager: long pieces at once
     asked = []
@@ -242,6 +248,8 @@ def test_mlx_first_audio_leaves_after_a_short_first_piece(runaway):
     assert len(first) <= (e.max_patches(pieces[0]) * e.patch_s + 0.01) * e.sample_rate
     list(chunks)
     assert asked == pieces
+    # Each piece made taught the pace what making costs here (not the time between pieces).
+    assert len(e.pace.pieces) == len(pieces) and all(w > 0 for w, _, _ in e.pace.pieces)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlx_audio") is None, reason="no mlx_audio")

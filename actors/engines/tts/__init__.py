@@ -11,6 +11,7 @@ are sized explicitly because the process shares a small CPU with other model pro
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 import logging
 import math
@@ -102,8 +103,71 @@ def _leans(word: str) -> bool:
     return len(word) <= SHORT_WORD and word.isalpha()
 
 
+#: Characters the second piece should at least have room for (about three words): the first
+#: piece of a paced plan is made long enough for it (`Pace.first_chars`).
+NEXT_CHARS = 15
+#: Pieces a Pace learns from (the last ones made).
+PACE_PIECES = 24
+#: Seconds a paced piece is planned to be ready before the audio before it has played: what
+#: making a piece varies by, and the time to send it to the player.
+PACE_MARGIN_S = 0.1
+
+
+@dataclasses.dataclass
+class Pace:
+    """What making a piece costs, and how long a character speaks.
+
+    For an engine that makes each piece whole before its audio plays (VoxCPM2 on MLX).
+    Making `c` characters takes `prefill_s + rate * c * s_per_char` wall seconds (a fixed
+    cost per piece, then a cost per second of audio). An engine measures each piece it makes
+    (`took`), so its plan (`growing_chunks`) sizes pieces for this machine as it is now.
+    """
+
+    prefill_s: float = 0.25
+    rate: float = 0.5
+    s_per_char: float = 0.065
+    pieces: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=PACE_PIECES))
+
+    def made(self, chars: int) -> tuple[float, float]:
+        """(seconds making `chars` characters takes, seconds of speech they make)."""
+        speech = chars * self.s_per_char
+        return self.prefill_s + self.rate * speech, speech
+
+    def room(self, made_at: float, played_at: float) -> float:
+        """Characters a piece begun at `made_at` may have to be ready by `played_at`."""
+        return max(0.0, (played_at - made_at - self.prefill_s - PACE_MARGIN_S)
+                   / (self.rate * self.s_per_char))
+
+    def first_chars(self) -> float:
+        """The fewest characters a first piece needs for a second to be made while it plays.
+
+        c * s_per_char >= prefill_s + PACE_MARGIN_S + rate * NEXT_CHARS * s_per_char.
+        """
+        return (self.prefill_s + PACE_MARGIN_S) / self.s_per_char + self.rate * NEXT_CHARS
+
+    def took(self, wall_s: float, speech_s: float, chars: int) -> None:
+        """A piece of `chars` characters took `wall_s` to make `speech_s` of speech: learn.
+
+        The seconds per character from all the pieces kept; prefill and rate by least squares
+        over them once their lengths differ enough, else the rate alone.
+        """
+        if speech_s <= 0 or chars <= 0 or wall_s <= 0:
+            return
+        self.pieces.append((wall_s, speech_s, chars))
+        walls, speeches, lengths = (np.array(x, float) for x in zip(*self.pieces, strict=True))
+        self.s_per_char = float(speeches.sum() / lengths.sum())
+        if len(self.pieces) >= 3 and np.std(speeches) > 0.2:
+            rate, prefill = np.polyfit(speeches, walls, 1)
+            self.rate = float(np.clip(rate, 0.05, 5.0))
+            self.prefill_s = float(np.clip(prefill, 0.0, 3.0))
+        else:
+            self.rate = float(np.clip((walls.sum() - len(walls) * self.prefill_s)
+                                      / speeches.sum(), 0.05, 5.0))
+
+
 def growing_chunks(text: str, first_chars: int, growth: float, max_chars: int,
-                   eager: bool = True) -> list[str]:
+                   eager: bool = True, pace: Pace | None = None) -> list[str]:
     """The pieces to synthesize one after the other: a short first piece, then growing ones.
 
     For an engine whose first audio waits for a whole piece: the first piece ends at its
@@ -113,31 +177,54 @@ def growing_chunks(text: str, first_chars: int, growth: float, max_chars: int,
     the one before has played. A piece cut by length gives its trailing short words ("de",
     "the") to the next one. A tail of fewer than three words joins the piece before it.
     Not `eager`: pieces of up to `max_chars` from the first on.
+
+    With a `pace` (what making a piece costs here), no piece is longer than what can be made
+    before the audio before it has played (the plan keeps the timeline: a piece ready early
+    leaves the next more room), and the first piece is long enough (`Pace.first_chars`) for
+    the second to be made while it plays: "Olá," alone would leave the second no time.
     """
     chunks: list[str] = []
     budget = float(first_chars if eager else max_chars)
-    for clause in split_clauses(text, max_chars):
-        words = clause.split()
-        while words:
-            first = eager and not chunks
-            least = 2 if first else MIN_WORDS   # fewest words before a cut
-            take: list[str] = []
-            while words:
-                if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
-                    # cut by length: not after a short word ("de", "the", "ao"), which
-                    # mostly leans on the next one; a phrase ends before it
-                    while len(take) > least and _leans(take[-1]):
-                        words.insert(0, take.pop())
-                    break
-                take.append(words.pop(0))
-                if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and \
-                        (first or len(take) >= least):
-                    break   # a natural break
-            if chunks and 0 < len(words) < MIN_WORDS and \
-                    len(" ".join(take + words)) <= max_chars:
-                take, words = take + words, []
-            chunks.append(" ".join(take))
-            budget = min(max_chars, max(budget, len(chunks[-1])) * growth)
+    least_first = pace.first_chars() if pace is not None and eager else 0.0
+    budget = max(budget, least_first)
+    made_at = played_at = 0.0   # the paced plan's timeline (s): made, heard up to
+    clauses = [c.split() for c in split_clauses(text, max_chars)]
+    words: list[str] = []
+    while clauses or words:
+        if not words:
+            words = clauses.pop(0)
+        first = eager and not chunks
+        least = 2 if first else MIN_WORDS   # fewest words before a cut
+        short = first and least_first > 0   # a paced first piece not long enough yet
+        take: list[str] = []
+        while True:
+            if not words:   # the clause ends: so does the piece, unless it is too short yet
+                if short and clauses and len(" ".join(take)) < least_first:
+                    words = clauses.pop(0)
+                    continue
+                break
+            if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
+                # cut by length: not after a short word ("de", "the", "ao"), which
+                # mostly leans on the next one; a phrase ends before it
+                while len(take) > least and _leans(take[-1]):
+                    words.insert(0, take.pop())
+                break
+            take.append(words.pop(0))
+            if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and \
+                    (first or len(take) >= least) and \
+                    not (short and len(" ".join(take)) < least_first):
+                break   # a natural break
+        joined = len(" ".join(take + words))
+        if chunks and 0 < len(words) < MIN_WORDS and \
+                joined <= (max_chars if pace is None else max(budget, len(" ".join(take)))):
+            take, words = take + words, []
+        chunks.append(" ".join(take))
+        budget = min(max_chars, max(budget, len(chunks[-1])) * growth)
+        if pace is not None:
+            making, speech = pace.made(len(chunks[-1]))
+            made_at += making
+            played_at = max(made_at, played_at) + speech
+            budget = min(budget, pace.room(made_at, played_at))
     return chunks
 
 

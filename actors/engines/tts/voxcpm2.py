@@ -36,6 +36,7 @@ import math
 import os
 import platform
 import sys
+import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,7 @@ from pydantic import Field, field_validator, model_validator
 from voxweft.actors.engines import importing, mlx, models
 from voxweft.actors.engines.resources import weights_mb
 from voxweft.actors.engines.tts import (
+    Pace,
     Reference,
     Spoken,
     TtsEngine,
@@ -190,6 +192,9 @@ class VoxCpm2Engine(TtsEngine):
         self._features: dict[tuple[str, str], Any] = {}   # (key, mode) -> encoded voice
         self.encoded = 0                  # voices VAE-encoded so far (once per reference)
         self._file_voice: Reference | None = None
+        # mlx makes each piece whole before it plays: what that costs here, learnt from
+        # every piece made (the actor's warm-up first), sizes the pieces (`plan`).
+        self.pace = Pace()
 
     def languages(self) -> frozenset[str]:
         """The model card's 30 languages."""
@@ -200,12 +205,15 @@ class VoxCpm2Engine(TtsEngine):
         return self.settings.voice == "speaker"
 
     def plan(self, text: str, eager: bool = True) -> list[str]:
-        """mlx: a short first piece, then growing ones; torch (it streams patches): clauses."""
+        """mlx: a short first piece, then growing ones; torch (it streams patches): clauses.
+
+        On mlx each piece is made before the one before has played (`pace`, measured).
+        """
         s = self.settings
         if self.backend == "torch":
             return split_clauses(text, s.max_clause_chars)
         return growing_chunks(text, s.first_chunk_chars, s.chunk_growth, s.max_clause_chars,
-                              eager)
+                              eager, pace=self.pace)
 
     def memory_mb(self) -> int:
         """Resident memory once loaded, in MB.
@@ -385,13 +393,22 @@ class VoxCpm2Engine(TtsEngine):
         if self.settings.seed is not None:
             self._seed(self.settings.seed)
         for n, clause in enumerate(self.plan(text, eager)):
-            chunks = (self._torch_clause(clause, ref) if self.backend == "torch"
-                      else self._mlx_clause(clause, ref))
+            made = _Timed(self._torch_clause(clause, ref) if self.backend == "torch"
+                          else self._mlx_clause(clause, ref))
+            chunks: Iterator[np.ndarray] = made
             if speed != 1.0:
                 whole = np.concatenate(list(chunks) or [np.zeros(0, np.float32)])
                 chunks = iter([time_stretch(whole, self.sample_rate, speed)])
+            speech = 0.0
             for pcm, ends in _faded(chunks, int(FADE_S * self.sample_rate)):
+                speech += len(pcm) / self.sample_rate
                 yield Spoken(n, pcm, ends)
+            if speed == 1.0:   # what this piece cost: the next plans are sized by it
+                self.pace.took(made.spent_s, speech, len(clause))
+                log.info("voxcpm2: piece %d (%d chars) made in %.2f s, %.2f s of speech; "
+                         "pace now P %.2f s, r %.2f, %.3f s per char", n, len(clause),
+                         made.spent_s, speech, self.pace.prefill_s, self.pace.rate,
+                         self.pace.s_per_char)
 
     def _check_lang(self, lang: str) -> None:
         if lang not in LANGUAGES:
@@ -426,6 +443,27 @@ class VoxCpm2Engine(TtsEngine):
                 yield mlx.float32(result.audio)   # bfloat16 weights give bfloat16 audio
         finally:
             gen.close()
+
+
+class _Timed:
+    """An iterator that counts the seconds spent making its items.
+
+    Not those its consumer spends between them: a draft's rest waits for its final.
+    """
+
+    def __init__(self, items: Iterator[np.ndarray]) -> None:
+        self.items = items
+        self.spent_s = 0.0
+
+    def __iter__(self) -> _Timed:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        start = time.monotonic()
+        try:
+            return next(self.items)
+        finally:
+            self.spent_s += time.monotonic() - start
 
 
 class _Encoded:

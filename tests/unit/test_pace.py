@@ -1,0 +1,184 @@
+"""Pieces sized so each is made before the one before has played (issue 38, item 1).
+
+VoxCPM2 on MLX makes each piece whole before its audio plays: making `c` characters costs a
+prefill P plus r seconds per second of audio. Grown by a fixed factor from a short first piece
+("Olá,"), the second piece is not ready when the first has played: a hole inside the
+sentence. A paced plan (`growing_chunks(..., pace=Pace)`) keeps the timeline. Tested with the
+cost model at M2-like values (r 0.3-0.6, P 0.15-0.3 s), first on paper, then in real time: a
+stand-in engine whose pieces cost exactly that, through the real tts actor and player.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tests.unit.helpers import run_actor
+from tests.unit.test_actors import player
+from voxweft.actors.engines.tts import Pace, Spoken, TtsEngine, growing_chunks
+from voxweft.actors.player import UNDERRUN_S
+from voxweft.actors.tts import TtsActor
+from voxweft.deploy.topology import load, parse
+from voxweft.protocol.messages import PlaybackEvent, SpeechChunk, Status, Translation, stamp
+
+#: Portuguese as mt writes it: short openings ("Olá,", "Sim,"), clauses, long sentences.
+SENTENCES = [
+    "Olá, tudo bem com você? Hoje vamos falar sobre os livros de blocos e a tipografia.",
+    "Sim, e vale a pena mencionar de passagem que, como exemplo de tipografia fina, o "
+    "verdadeiro livro impresso nunca foi superado.",
+    "Produziram os livros de blocos, que foram os antecessores imediatos do verdadeiro "
+    "livro impresso, a invenção que depois mudou o mundo inteiro.",
+    "Não. Então, nas mesmas operações com as letras feias, em ser comparativamente "
+    "moderno, o impressor seguiu o seu caminho sem olhar para trás.",
+    "Bom dia a todos, obrigado por terem vindo, e peço desculpa pelo atraso desta manhã.",
+]
+#: Seconds of speech per character of Portuguese (VoxCPM2 and Kokoro speak ~14-16 a second).
+S_PER_CHAR = 0.065
+#: M2-like costs (issue 38): r seconds to make a second of audio, P per piece.
+COSTS = [(r, p) for r in (0.3, 0.45, 0.6) for p in (0.15, 0.3)]
+
+
+def holes(pieces: list[str], prefill_s: float, rate: float,
+          s_per_char: float = S_PER_CHAR) -> list[float]:
+    """The holes (s) heard inside a sentence: piece k+1 made after piece k has played, by
+    more than the player counts as an underrun (UNDERRUN_S: its own 20 ms tick)."""
+    made = played = 0.0
+    gaps = []
+    for k, piece in enumerate(pieces):
+        speech = len(piece) * s_per_char
+        made += prefill_s + rate * speech
+        if k and made - played > UNDERRUN_S:
+            gaps.append(made - played)
+        played = max(made, played) + speech
+    return gaps
+
+
+@pytest.mark.parametrize(("rate", "prefill_s"), COSTS)
+def test_a_paced_plan_has_no_hole_inside_a_sentence(rate, prefill_s):
+    pace = Pace(prefill_s=prefill_s, rate=rate, s_per_char=S_PER_CHAR)
+    for text in SENTENCES:
+        pieces = growing_chunks(text, 24, 2.0, 200, pace=pace)
+        assert " ".join(pieces).split() == text.split()   # every word, once, in order
+        assert holes(pieces, prefill_s, rate) == [], (text, pieces)
+
+
+def test_grown_by_a_fixed_factor_the_second_piece_comes_late():
+    """The plan before: "Olá," alone, then twice as long: a hole after the first piece."""
+    late = [h for text in SENTENCES
+            for h in holes(growing_chunks(text, 24, 2.0, 200), 0.3, 0.6)]
+    assert len(late) >= 3 and max(late) > 0.3, late
+    assert growing_chunks(SENTENCES[0], 24, 2.0, 200)[0] == "Olá,"
+    paced = growing_chunks(SENTENCES[0], 24, 2.0, 200,
+                           pace=Pace(prefill_s=0.3, rate=0.6, s_per_char=S_PER_CHAR))
+    assert paced[0] == "Olá, tudo bem com você?"   # long enough for the second to be made
+
+
+def test_a_pace_learns_prefill_and_rate_from_the_pieces_it_made():
+    pace = Pace()   # its guesses
+    for chars in (20, 45, 90, 30, 120):
+        speech = chars * 0.07
+        pace.took(0.22 + 0.55 * speech, speech, chars)
+    assert pace.prefill_s == pytest.approx(0.22, abs=0.01)
+    assert pace.rate == pytest.approx(0.55, abs=0.01)
+    assert pace.s_per_char == pytest.approx(0.07, abs=0.001)
+
+
+class StandIn(TtsEngine):
+    """A voice whose pieces cost what the model says (P + r per second of audio), in real time,
+    and that learns its pace from them as VoxCPM2 does; a tone stands for the speech."""
+
+    name = "stand-in"
+    sample_rate = 24000
+
+    def __init__(self, prefill_s: float, rate: float, paced: bool) -> None:
+        super().__init__()
+        self.cost = (prefill_s, rate)
+        self.pace = Pace() if paced else None   # it starts from the default guesses
+
+    def languages(self) -> frozenset[str]:
+        return frozenset({"pt"})
+
+    def load(self) -> None:
+        pass
+
+    def plan(self, text: str, eager: bool = True) -> list[str]:
+        return growing_chunks(text, 24, 2.0, 200, eager, pace=self.pace)
+
+    def speak(self, text, lang, speed=1.0, eager=True, voice=None) -> Iterator[Spoken]:
+        prefill_s, rate = self.cost
+        for n, piece in enumerate(self.plan(text, eager)):
+            speech = len(piece) * S_PER_CHAR
+            t0 = time.monotonic()
+            time.sleep(prefill_s + rate * speech)
+            if self.pace is not None:
+                self.pace.took(time.monotonic() - t0, speech, len(piece))
+            t = np.arange(int(speech * self.sample_rate)) / self.sample_rate
+            yield Spoken(n, (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+
+
+def played(tmp_path, engine: StandIn) -> list[PlaybackEvent]:
+    """SENTENCES spoken by `engine` through the tts actor (its thread) and the player (this
+    one), in real time: the player's finished events."""
+    raw = copy.deepcopy(load(None).raw)
+    raw["actors"]["tts"].update(engine="espeak", settings={}, catchup_max_speed=1.0)
+    topo = parse(raw)
+    tts = TtsActor(topo, topo.actors["tts"])
+    tts.engine = engine
+    tts.warmup()   # as the actor does before it says it is ready: the pace learns here
+    chunks: queue.Queue = queue.Queue()
+
+    def speak() -> None:
+        for i, text in enumerate(SENTENCES[:3]):
+            say = Translation(utt=f"u{i}", src_lang="en", tgt_lang="pt", source_text="-",
+                              text=text)
+            for msg in tts.handle(say):
+                if isinstance(msg, SpeechChunk):
+                    chunks.put(msg)
+            time.sleep(1.5)   # the next sentence comes once this one has played
+        chunks.put(None)
+
+    p = player(tmp_path, gap_ms=5000)
+    run_actor(p, [Status(state="ready", src="tts", epoch=1)], src="tts")
+    maker = threading.Thread(target=speak, daemon=True)
+    maker.start()
+    events, seq, done = [], 0, False
+    while not done or p.queue:
+        while True:
+            try:
+                msg = chunks.get_nowait()
+            except queue.Empty:
+                break
+            if msg is None:
+                done = True
+                break
+            seq += 1
+            p.handle(stamp(msg, src="tts", epoch=1, seq=seq))
+        events += [e for e in p.tick() if isinstance(e, PlaybackEvent)]
+        time.sleep(0.01)
+    deadline = time.monotonic() + 10
+    while p.pending and time.monotonic() < deadline:
+        events += [e for e in p.tick() if isinstance(e, PlaybackEvent)]
+        time.sleep(0.02)
+    p.close()
+    maker.join(5)
+    return [e for e in events if e.event == "finished"]
+
+
+@pytest.mark.slow
+def test_in_real_time_a_paced_voice_leaves_no_hole_a_grown_one_does(tmp_path):
+    """At the slow end of an M2 (r 0.6, P 0.3 s): paced, the player hears no hole inside a
+    sentence (the pace starts from its guesses and learns from the actor's warm-up, then
+    from every piece); grown by a fixed factor, it does."""
+    (tmp_path / "paced").mkdir()
+    (tmp_path / "grown").mkdir()
+    paced = played(tmp_path / "paced", StandIn(0.3, 0.6, paced=True))
+    assert len(paced) == 3 and all(e.complete for e in paced)
+    assert sum(e.underruns for e in paced) == 0, [(e.utt, e.underrun_s) for e in paced]
+    grown = played(tmp_path / "grown", StandIn(0.3, 0.6, paced=False))
+    assert sum(e.underruns for e in grown) >= 2, [(e.utt, e.underrun_s) for e in grown]
