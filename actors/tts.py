@@ -116,7 +116,8 @@ class TtsActor(EngineActor):
 
     def warmup(self) -> None:
         """Synthesize one short clause (lazy setup), then the budget: a typical sentence."""
-        self.budget = budget.warm_tts(self.engine, self.config.tgt_lang)
+        self.budget = budget.warm_tts(self.engine, self.config.tgt_lang,
+                                      engines.tts.warmup_voice(self.engine))
 
     def voice(self, msg: Translation):
         """The speaker's voice for `msg` (None: the engine's own, or not enough heard yet)."""

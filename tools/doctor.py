@@ -194,10 +194,11 @@ def measure_here(stage: str, engine: str, settings: dict, src: str, tgt: str) ->
     import resource
 
     from voxweft.actors.engines import build
+    from voxweft.actors.engines.tts import warmup_voice
     from voxweft.actors.settings.base import StartupError
 
     warm = {"asr": lambda e: budget.warm_asr(e, src), "mt": lambda e: budget.warm_mt(e, src, tgt),
-            "tts": lambda e: budget.warm_tts(e, tgt)}[stage]
+            "tts": lambda e: budget.warm_tts(e, tgt, warmup_voice(e))}[stage]
     try:
         built = build(stage, engine, settings)
         estimate = built.memory_mb()

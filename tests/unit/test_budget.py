@@ -55,6 +55,11 @@ def test_verdict_adds_up_what_continuous_speech_needs_per_host():
     assert "tts (kokoro) is the heaviest: a lighter engine" in lines[0]
     assert lines[0].endswith("or a host of its own")
     assert budget.verdict(topo, {"asr": cheap["asr"]}) == (True, [])   # not all measured
+    # A voice that speaks faster only by stretching what it made at 1.0 (VoxCPM2) saves
+    # nothing by it: no credit, so the verdict does not say it keeps up (issue 38).
+    stretched = {**tight, "tts": {"cpu": 1.0, "cores": 2.0, "stretches": 1.0}}
+    ok, lines = budget.verdict(topo, stretched)
+    assert not ok and "does NOT keep up" in lines[0] and "speaking faster" not in lines[0]
 
 
 def test_tts_is_counted_per_second_of_the_speech_it_translates():

@@ -388,3 +388,19 @@ def test_the_v2_import_leaves_voxcpm_findable():
     assert voxcpm2_model_class().__name__ == "VoxCPM2Model"
     assert importlib.util.find_spec("voxcpm") is not None
     assert engines.installed(["voxcpm"], [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_budget_is_measured_with_a_speaker_reference_as_it_will_run(tiny, backend):
+    """Speaking in the speaker's voice, VoxCPM2 prefills the reference with every piece (~4x
+    the prefill without): warm-up and `doctor --measure` time it with one (issue 38)."""
+    from voxweft.actors import budget
+    from voxweft.actors.engines.tts import warmup_voice
+
+    e = _engine(tiny, backend)   # voice = "speaker" by default
+    voice = warmup_voice(e)
+    assert voice is not None and 3.0 <= voice.duration_s <= 10.0
+    measured = budget.warm_tts(e, "pt", voice)
+    assert e.encoded == 1 and measured["rtf"] > 0   # the reference was used, encoded once
+    assert measured["stretches"] == 1.0   # it speaks faster only by stretching: no credit
+    assert warmup_voice(_engine(tiny, backend, voice="default")) is None

@@ -23,9 +23,11 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from voxweft.actors import budget
 from voxweft.actors.engines.resources import Resources
 from voxweft.actors.settings.base import Settings, StartupError
 from voxweft.actors.settings.manifest import INSTALL
+from voxweft.protocol.messages import BUS_RATE
 
 log = logging.getLogger("voxweft.tts")   # the TTS engines' logger
 # Characters that end a clause. "…" and runs like "..." or "?!" count as one mark.
@@ -328,6 +330,23 @@ def word_spans(pieces: list[str], first: int = 0) -> list[tuple[int, int]]:
     return spans
 
 
+#: Seconds of the bundled sample a voice that speaks as the speaker does is measured with.
+WARMUP_VOICE_S = 8.0
+
+
+def warmup_voice(engine) -> Reference | None:
+    """The reference to warm up and measure `engine` with; None if it needs none.
+
+    The bundled sample's speech, for an engine that speaks in the speaker's voice: what it
+    will do when it runs.
+    """
+    if not engine.wants_voice():
+        return None
+    audio, _text = budget.sample_speech()
+    return Reference(key="warm-up", pcm=audio[:int(WARMUP_VOICE_S * BUS_RATE)],
+                     sample_rate=BUS_RATE)
+
+
 class TtsEngine(Resources, abc.ABC):
     """Text -> streamed speech for one process; built once by load()."""
 
@@ -335,6 +354,9 @@ class TtsEngine(Resources, abc.ABC):
     sample_rate: int
     #: Resident memory once loaded (MB; measured RSS of its actor on Linux, see Resources).
     MEMORY_MB: ClassVar[int] = 450
+    #: It speaks faster only by time-stretching what it made at speed 1.0 (no rate knob):
+    #: speaking faster saves it no synthesis (the budget's verdict gives it no credit).
+    STRETCHES: ClassVar[bool] = False
 
     class Settings(Settings):
         """Every engine takes the actor's thread budget."""

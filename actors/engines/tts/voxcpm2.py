@@ -116,6 +116,7 @@ class VoxCpm2Engine(TtsEngine):
     """VoxCPM2 through torch (`voxcpm`) or MLX (`mlx-audio`); see the module docstring."""
 
     name: ClassVar[str] = "voxcpm2"
+    STRETCHES: ClassVar[bool] = True   # no rate knob: made at 1.0, then time-stretched
 
     class Settings(TtsEngine.Settings):
         """Backend, weights, voice and the generation's knobs (defaults: the model card's)."""
