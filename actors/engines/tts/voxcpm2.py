@@ -9,9 +9,10 @@ Two backends run the same weights' architecture:
   a piece's audio whole at its end, so the first audio waits for the whole first piece:
   the text is cut into a short first piece (its first clause, or a few words:
   `first_chunk_chars`), then pieces that grow (`chunk_growth`, up to `max_clause_chars`),
-  each ready about when the one before has played. The reference voice is VAE-encoded once
-  (per `Reference.key`: once per utterance at most) and handed to every piece; MLX's cache of
-  freed buffers is bounded (`cache_limit_mb`); `compile` runs mlx-audio's `compile_model`.
+  each made before the one before has played (`Pace`, measured). The reference voice is
+  VAE-encoded once (per `Reference.key`: once per utterance at most) and handed to every
+  piece; MLX's cache of freed buffers is bounded (`cache_limit_mb`); `compile` mx.compiles
+  the DiT estimator, whose shapes are fixed (not the LMs, whose KV length grows).
 
 The voice (`voice` setting): ``speaker`` takes the speaker's own recent speech (the tts
 actor hands a `Reference`, see actors.voice); ``file:PATH`` a fixed recording (16 kHz or
@@ -139,7 +140,7 @@ class VoxCpm2Engine(TtsEngine):
         chunk_growth: float = Field(2.0, ge=1.0, le=4.0)
         max_clause_chars: int = Field(200, ge=20, le=500)
         cache_limit_mb: int = Field(512, ge=0, le=65536)      # mlx only: freed buffers kept
-        compile: bool = True       # mlx only: mx.compile the DiT, LM and encoder layers
+        compile: bool = True       # mlx only: mx.compile the DiT estimator (fixed shapes)
         #: A clause's audio is bounded: at most this many seconds per character, plus 1 s.
         max_s_per_char: float = Field(0.25, ge=0.05, le=2.0)
         seed: int | None = Field(None, ge=0)   # the same seed, text and voice: the same audio
@@ -196,6 +197,7 @@ class VoxCpm2Engine(TtsEngine):
         # mlx makes each piece whole before it plays: what that costs here, learnt from
         # every piece made (the actor's warm-up first), sizes the pieces (`plan`).
         self.pace = Pace()
+        self.compiled = False             # mlx: the DiT estimator is mx.compiled (load())
 
     def languages(self) -> frozenset[str]:
         """The model card's 30 languages."""
@@ -295,7 +297,13 @@ class VoxCpm2Engine(TtsEngine):
         self.model._encode_wav = lambda audio, *a, **k: (
             audio.feat if isinstance(audio, _Encoded) else encode_wav(audio, *a, **k))
         if self.settings.compile:
-            self.model.compile_model()
+            # The DiT estimator only: its shapes never change (most of a step's time, called
+            # inference_timesteps times per patch). mlx-audio's compile_model() compiles the
+            # LMs' attention too, whose KV cache grows by a patch at a time: mx.compile traces
+            # again at every new length (36 traces per patch) and keeps every trace.
+            decoder = self.model.feat_decoder
+            decoder.estimator = mx.compile(decoder.estimator)
+            self.compiled = True
         if self.settings.temperature != 1.0:
             self.model.feat_decoder.sample = functools.partial(
                 self.model.feat_decoder.sample, temperature=self.settings.temperature)
