@@ -18,6 +18,7 @@ from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2
 from voxweft.actors import engines
 from voxweft.actors.engines.tts import Pace, Reference
 from voxweft.actors.engines.tts.stretch import time_stretch
+from voxweft.actors.settings.base import StartupError
 from voxweft.actors.tts import TtsActor
 from voxweft.actors.voice import VoiceMemory, voiced
 from voxweft.deploy.topology import load, parse
@@ -192,6 +193,22 @@ def test_torch_streams_the_first_chunk_before_the_last_is_made(runaway):
     assert len(first) == round(e.patch_s * e.sample_rate) == 7680      # 160 ms at 48 kHz
     assert at_first <= 2 < len(made) == e.max_patches(text)
     assert len(rest) == len(made) - 1
+
+
+def test_an_mlx_model_folder_is_refused_by_the_torch_backend_in_one_line(tiny, tmp_path):
+    """Issue 38: the wrong backend for the folder fails at load with what to do, not with a
+    loader's traceback deep in voxcpm."""
+    if importlib.util.find_spec("mlx_audio") is None:
+        pytest.skip("mlx_audio is not installed (it makes the MLX folder)")
+    from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2_mlx_4bit
+
+    q = build_tiny_voxcpm2_mlx_4bit(tiny, tmp_path / "q4")
+    e = engines.build("tts", "voxcpm2", {"backend": "torch", "model": str(q)})
+    with pytest.raises(StartupError) as info:
+        e.load()
+    line = str(info.value)
+    assert "\n" not in line and "is an MLX model folder" in line
+    assert 'backend = "mlx"' in line and "voxweft models fetch voxcpm2" in line
 
 
 def test_the_4bit_mlx_conversion_speaks(tiny, tmp_path):

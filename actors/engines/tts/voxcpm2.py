@@ -249,6 +249,11 @@ class VoxCpm2Engine(TtsEngine):
                                else f"no VoxCPM2 model for backend {self.backend}")
         if not (self.folder / "config.json").is_file():
             raise StartupError(f"{self.folder} has no config.json: not a VoxCPM2 model folder")
+        if self.backend == "torch" and _mlx_folder(self.folder):
+            raise StartupError(
+                f"{self.folder} is an MLX model folder (no audiovae.pth beside its weights, "
+                "which voxcpm loads), and backend is torch: set backend = \"mlx\" (Apple "
+                "Silicon) or fetch the torch weights (`voxweft models fetch voxcpm2`)")
         if self.backend == "torch":
             self._load_torch()
         else:
@@ -452,6 +457,15 @@ class VoxCpm2Engine(TtsEngine):
                 yield mlx.float32(result.audio)   # bfloat16 weights give bfloat16 audio
         finally:
             gen.close()
+
+
+def _mlx_folder(folder: Path) -> bool:
+    """Whether `folder` holds VoxCPM2 as mlx-audio converts it, not as voxcpm loads it.
+
+    mlx-audio's conversion keeps the VAE inside its weights (quantized or not); openbmb's
+    folder for voxcpm has it beside them (audiovae.pth).
+    """
+    return not any((folder / f"audiovae.{ext}").is_file() for ext in ("pth", "safetensors"))
 
 
 class _Timed:
