@@ -451,12 +451,22 @@ def cmd_doctor(measure: bool, as_json: bool, topologies: list[str] | None = None
     models.cmd_list([str(p) for p in paths])
     print("== topologies", flush=True)
     cache: dict = {}
+    reports = []
     for path in paths:
-        print("\n".join(topology_lines(topology_report(path, measure, cache, progress, host))),
-              flush=True)
+        reports.append(topology_report(path, measure, cache, progress, host))
+        print("\n".join(topology_lines(reports[-1])), flush=True)
     if not measure:
         print(MEASURE_HINT)
-    print(PASTE_HINT)
+        print(PASTE_HINT)
+        return 0
+    # What it measured, in one file to send: everything the verdicts come from.
+    out = Path(f"voxweft-doctor-{host or platform.node() or 'this'}.json")
+    out.write_text(json.dumps({
+        "machine": machine(), "engines": engines_installed(), "pairs": languages_report(),
+        "models": models_inventory(paths), "measured": True, "host": host,
+        "topologies": reports}, indent=2), encoding="utf-8")
+    print(f"voxweft doctor: wrote {out.resolve()}: attach that file to an issue "
+          "(it holds every figure above, and the machine's)")
     return 0
 
 

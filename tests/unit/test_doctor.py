@@ -201,3 +201,22 @@ def test_a_two_host_topology_is_judged_only_for_the_host_this_machine_is(tmp_pat
     # A one-machine topology is this machine's whatever --host says.
     one = doctor.topology_report(ROOT / "deploy" / "default.toml", False, host="m2")
     assert [h["judged"] for h in one["hosts"]] == [True]
+
+
+def test_measure_writes_one_file_to_send(tmp_path, monkeypatch, capsys):
+    """`doctor --measure` leaves one JSON file a user can attach to an issue: the machine,
+    the engines, the models and every topology's measured figures (issue 38)."""
+    monkeypatch.chdir(tmp_path)
+    light = _topology(tmp_path, "light.toml", asr={"engine": "faster-whisper", "threads": 1,
+                                                    "settings": {"model": "tiny.en"}},
+                      tts={"engine": "espeak"})
+    monkeypatch.setattr(doctor, "topology_paths", lambda extra=None: [light])
+    assert doctor.cmd_doctor(measure=True, as_json=False, host="m2") == 0
+    out = capsys.readouterr().out
+    sent = tmp_path / "voxweft-doctor-m2.json"
+    assert f"wrote {sent}" in out
+    report = json.loads(sent.read_text())
+    assert report["machine"]["cores"] == os.cpu_count() and report["host"] == "m2"
+    (topology,) = report["topologies"]
+    measured = topology["hosts"][0]["measured"]
+    assert set(measured) == {"asr", "mt", "tts"} and measured["asr"]["budget"]["rtf"] > 0
