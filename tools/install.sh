@@ -38,6 +38,21 @@ mac_preflight() {
   fi
 }
 
+# Room for what is installed, before anything is: the virtualenv is ~2.8 GB (4 GB asked, for
+# pip's downloads beside it), 1 GB to update an existing one. The models go elsewhere
+# (`voxweft models fetch` checks its own room).
+disk_preflight() {
+  local need_kb free_kb
+  need_kb=$((4 * 1024 * 1024))
+  [ -x .venv/bin/python ] && need_kb=$((1024 * 1024))
+  free_kb=$(df -Pk . 2>/dev/null | awk 'NR == 2 {print $4}')
+  case "$free_kb" in '' | *[!0-9]*) return 0 ;; esac   # df said nothing usable: go on
+  if [ "$free_kb" -lt "$need_kb" ]; then
+    echo "install: $((free_kb / 1024)) MB free in $(pwd), and the install needs about $((need_kb / 1024 / 1024)) GB there (the virtualenv); free some space and rerun tools/install.sh" >&2
+    exit 1
+  fi
+}
+
 # The platform checks are done: with VOXWEFT_INSTALL_PREFLIGHT_ONLY=1, stop here.
 preflight_done() {
   if [ "${VOXWEFT_INSTALL_PREFLIGHT_ONLY:-}" = "1" ]; then
@@ -49,6 +64,7 @@ preflight_done() {
 case "$(uname -s)" in
   Darwin)
     mac_preflight
+    disk_preflight
     preflight_done
     command -v brew >/dev/null || { echo "install Homebrew first (https://brew.sh)"; exit 1; }
     # What the Mac topologies (deploy/mac.toml; two Macs, the same engines: mlx-whisper,
@@ -59,6 +75,7 @@ case "$(uname -s)" in
     PYTHON=${PYTHON:-python3.11}
     ;;
   Linux)
+    disk_preflight
     preflight_done
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -86,7 +103,8 @@ esac
 # mlx: the MLX engines (Metal on a Mac; the CPU build on Linux, where CI checks them);
 # voxcpm: what VoxCPM2's torch backend needs, then voxcpm itself without the dependencies it
 # declares (gradio, funasr, modelscope, a CUDA torchaudio...: its VoxCPM2 path needs none).
-.venv/bin/python -m pip install -q -e ".[test,mlx,voxcpm]"
+# Not -q: ~2.8 GB of wheels, each named as it comes (a silent pip looks stuck).
+.venv/bin/python -m pip install --progress-bar off -e ".[test,mlx,voxcpm]"
 .venv/bin/python -m pip install -q --no-deps "voxcpm==2.0.3" "resemblyzer==0.1.4"
 echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activate)"
 

@@ -33,7 +33,8 @@ def _write(path: Path, body: str) -> None:
 
 def _run(tmp_path: Path, *, system: str = "Darwin", arch: str = "arm64",
          translated: str | None = "0", version: str | None = "14.5",
-         preflight_only: bool = False) -> tuple[subprocess.CompletedProcess[str], Path]:
+         preflight_only: bool = False,
+         free_kb: int | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run tools/install.sh on a faked machine; (the result, the file installers log into)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -47,6 +48,9 @@ def _run(tmp_path: Path, *, system: str = "Darwin", arch: str = "arm64",
            + "fi\nexit 1\n")
     _write(bin_dir / "sw_vers",
            f"echo '{version}'\n" if version is not None else "exit 1\n")
+    if free_kb is not None:   # a disk this full (df -Pk's second line, 4th field)
+        _write(bin_dir / "df", "echo 'Filesystem 1024-blocks Used Available Capacity "
+               f"Mounted'\necho '/dev/x 100000000 99000000 {free_kb} 99% /'\n")
     for name in _INSTALLERS:
         _write(bin_dir / name, f'echo "{name} $*" >> "{calls}"\nexit 1\n')
     env = {k: v for k, v in os.environ.items()
@@ -135,3 +139,14 @@ def test_darwin_brew_line_has_no_apertium():
     assert "apertium" not in " ".join(packages)
     for needed in ("espeak-ng", "portaudio", "libsndfile", "python@3.11"):
         assert needed in packages
+
+
+@pytest.mark.parametrize("system", ["Darwin", "Linux"])
+def test_a_disk_without_room_for_the_virtualenv_is_refused_before_anything(tmp_path, system):
+    """Issue 38: not 2 GB into pip's downloads, but before brew or apt, in one line."""
+    line = _assert_refused(*_run(tmp_path, system=system, free_kb=200 * 1024))
+    assert "200 MB free" in line and "GB there (the virtualenv)" in line
+    (tmp_path / "roomy").mkdir()
+    ok, calls = _run(tmp_path / "roomy", system=system, free_kb=50 * 1024 * 1024,
+                     preflight_only=True)
+    assert ok.returncode == 0 and not calls.exists(), (ok.stdout, ok.stderr)
