@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,6 +30,11 @@ from voxweft.protocol.messages import (
 
 #: The bounded lag expects a first chunk to take as long as the median of this many last.
 FIRST_CHUNKS = 5
+#: Just started, tts waits at most this long for the player's first heartbeat before it
+#: speaks a translation: the heartbeat says how much of each utterance begun the player has
+#: (a restarted tts speaks only the rest). mt sends what it holds again the moment tts is
+#: ready, before the player's next heartbeat (2 Hz) has come: in CI, 3 restarts of 3.
+PLAYER_WAIT_S = 2.0
 
 
 @dataclasses.dataclass
@@ -66,6 +72,10 @@ class TtsActor(EngineActor):
         # The player's last word on each utterance it has begun: how many of its words it
         # has whole. A restarted tts goes on from there (the words before are played).
         self.player_has: dict[str, int] = {}
+        self.player_heard = False    # a heartbeat of the player's since this process started
+        self.warmed_at: float | None = None   # monotonic: warm-up done, ready to speak
+        self.wait_since: float | None = None  # monotonic: the first translation held
+        self.waiting: list[Translation] = []   # translations held for the player's heartbeat
         # The speaker's recent speech, when the voice speaks as they do (bounded).
         self.voices = None
         if self.engine.wants_voice():
@@ -118,6 +128,7 @@ class TtsActor(EngineActor):
         """Synthesize one short clause (lazy setup), then the budget: a typical sentence."""
         self.budget = budget.warm_tts(self.engine, self.config.tgt_lang,
                                       engines.tts.warmup_voice(self.engine))
+        self.warmed_at = time.monotonic()
 
     def voice(self, msg: Translation):
         """The speaker's voice for `msg` (None: the engine's own, or not enough heard yet)."""
@@ -188,6 +199,7 @@ class TtsActor(EngineActor):
         if isinstance(msg, Status):
             if msg.src == "player":
                 self.player_has = dict(msg.progress)
+                self.player_heard = True
             return
         if isinstance(msg, Voice):
             if self.voices is not None and msg.sample_rate == BUS_RATE and msg.pcm.ndim == 1:
@@ -197,6 +209,34 @@ class TtsActor(EngineActor):
             return
         if not isinstance(msg, Translation):
             return
+        if not is_draft(msg) and self._before_the_player():
+            if self.wait_since is None:
+                self.wait_since = time.monotonic()
+            self.waiting.append(msg)
+            self.counters["waited_for_player"] += 1
+            return
+        yield from self._speak(msg)
+
+    def _before_the_player(self) -> bool:
+        """Warmed up and the player not heard yet: hold what to speak.
+
+        At most PLAYER_WAIT_S from the first translation held: the player's heartbeat may be
+        queued behind mt's resend and the drafts in it (in a test, the final came 2.7 s
+        after ready, its drafts first).
+        """
+        return (not self.player_heard and self.warmed_at is not None
+                and (self.wait_since is None
+                     or time.monotonic() - self.wait_since < PLAYER_WAIT_S))
+
+    def tick(self) -> Iterator[Message]:
+        """Speak what was held for the player's first heartbeat, once it came (or not)."""
+        if self.waiting and not self._before_the_player():
+            waiting, self.waiting = self.waiting, []
+            for msg in waiting:
+                yield from self._speak(msg)
+
+    def _speak(self, msg: Translation) -> Iterator[Message]:
+        """handle() of a translation."""
         lang = msg.tgt_lang or self.config.tgt_lang
         start = now_ns()
         trace = traced(self.arrived(msg.trace, "tts"), "tts.start", start)

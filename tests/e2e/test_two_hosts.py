@@ -229,10 +229,6 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
                                  str(keys["ultra"][1])),
             "unlisted PULL": ("pull", f"tcp://{m2}:47603", server, str(keys["thief"][1])),
         }
-        for name, args in strangers.items():
-            lan.popen("ultra", [sys.executable, "-c", STRANGER, *args], cwd=ROOT,
-                      stdout=open(tmp_path / f"{name}.txt", "w"),  # noqa: SIM115
-                      stderr=subprocess.STDOUT)
         # A listed client's key (`voxweft keys --client`), no host's: the laptop in the room.
         laptop = lan.popen("ultra", [*VOXWEFT, "tap", "--topology", str(topology), "--key",
                                      str(keys["laptop"][1]), "--topic", "audio", "--json",
@@ -240,6 +236,12 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
                            stdout=open(tmp_path / "laptop.jsonl", "w"),  # noqa: SIM115
                            stderr=subprocess.STDOUT)
         _ready(ups)
+        # The strangers come once the actors are up: a try while capture was still starting
+        # hung up before capture had read its greeting, and counted as `refused_other`.
+        for name, args in strangers.items():
+            lan.popen("ultra", [sys.executable, "-c", STRANGER, *args], cwd=ROOT,
+                      stdout=open(tmp_path / f"{name}.txt", "w"),  # noqa: SIM115
+                      stderr=subprocess.STDOUT)
         link0, t0 = lan.link_bytes("ultra"), time.time_ns()
         done = _wait_done(tmp_path, references)
         link1, t1 = lan.link_bytes("ultra"), time.time_ns()

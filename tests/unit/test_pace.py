@@ -131,6 +131,7 @@ def played(tmp_path, engine: StandIn) -> list[PlaybackEvent]:
     tts = TtsActor(topo, topo.actors["tts"])
     tts.engine = engine
     tts.warmup()   # as the actor does before it says it is ready: the pace learns here
+    list(tts.handle(stamp(Status(state="ready", src="player"), src="player", epoch=1, seq=1)))
     chunks: queue.Queue = queue.Queue()
 
     def speak() -> None:

@@ -154,3 +154,30 @@ def test_tts_says_the_words_of_each_chunk_and_goes_on_where_the_player_is():
     assert rest[-1].last and rest[-1].word == len(words) and actor.counters["resumed"] == 1
     assert actor.progress() == {}   # what it heard is its own: its heartbeat still builds
     assert sum(len(c.pcm) for c in rest) < sum(len(c.pcm) for c in whole)
+
+
+def test_a_tts_just_started_waits_for_the_players_heartbeat_before_it_speaks(monkeypatch):
+    """mt sends what it holds the moment a restarted tts is ready, before the player's next
+    heartbeat: tts holds it until the player says what it has (at most PLAYER_WAIT_S), so it
+    goes on from there (in CI, without this, 3 restarts of 3 spoke utterances whole again)."""
+    from voxweft.actors import tts as tts_module
+
+    monkeypatch.setattr(tts_module, "PLAYER_WAIT_S", 0.5)
+    text = "Nunca foi superado, disse ele, e foi para casa depois."
+    actor = _tts()
+    run_actor(actor, [], src="mt")   # loaded
+    actor.warmup()
+    say = Translation(utt="a", src_lang="en", tgt_lang="pt", source_text="-", text=text)
+    assert run_actor(actor, [say], src="mt", loaded=True) == []   # held
+    assert actor.counters["waited_for_player"] == 1
+    out = run_actor(actor, [Status(state="ready", src="player", progress={"a": 3})],
+                    src="player", loaded=True, ticks=2)
+    chunks = [m for m in out if isinstance(m, SpeechChunk)]
+    assert chunks and chunks[0].word == 3 and chunks[-1].last   # from the player's word
+    # Nobody heard from the player: after PLAYER_WAIT_S it speaks all the same.
+    actor = _tts()
+    run_actor(actor, [], src="mt")
+    actor.warmup()
+    assert run_actor(actor, [say], src="mt", loaded=True) == []
+    out = run_actor(actor, [], src="mt", loaded=True, ticks=8, tick_sleep_s=0.1)
+    assert [m for m in out if isinstance(m, SpeechChunk)][0].word == 0
