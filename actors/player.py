@@ -275,7 +275,7 @@ class PlayerActor(Actor):
         if u.resume is None:
             return True
         word, slot = u.resume
-        if word < 0 or not msg.last and msg.word + msg.words <= word:
+        if word < 0 or not msg.last and msg.words and msg.word + msg.words <= word:
             self.counters["words_had"] += 1   # it speaks words already written or queued
             return False
         u.resume, u.offset = None, slot - msg.index
@@ -297,7 +297,7 @@ class PlayerActor(Actor):
         # Keep what follows on from the audio written, up to the end of a whole piece.
         end, kept, i = u.fed_to, u.next_index, u.next_index
         while i in u.chunks and not u.chunks[i].last:
-            if u.chunks[i].piece_end:
+            if u.chunks[i].piece_end and u.chunks[i].words:
                 end, kept = u.chunks[i].word + u.chunks[i].words, i + 1
             i += 1
         if i in u.chunks:   # the old synthesis is all here: none of the new one is needed
@@ -312,11 +312,11 @@ class PlayerActor(Actor):
 
     def _said(self, u: Utterance) -> int:
         """Words of `u` written whole or queued whole: a new synthesis goes on from there."""
-        if u.resume is not None:
+        if u.resume is not None and u.resume[0] >= 0:
             return u.resume[0]
         end, i = u.fed_to, u.next_index
         while i in u.chunks and not u.chunks[i].last:
-            if u.chunks[i].piece_end:
+            if u.chunks[i].piece_end and u.chunks[i].words:
                 end = u.chunks[i].word + u.chunks[i].words
             i += 1
         return end

@@ -181,3 +181,22 @@ def test_a_tts_just_started_waits_for_the_players_heartbeat_before_it_speaks(mon
     assert run_actor(actor, [say], src="mt", loaded=True) == []
     out = run_actor(actor, [], src="mt", loaded=True, ticks=8, tick_sleep_s=0.1)
     assert [m for m in out if isinstance(m, SpeechChunk)][0].word == 0
+
+
+def test_chunks_that_do_not_say_their_words_are_never_taken_for_words_had(tmp_path):
+    """A tts that says no words (word = words = 0, an older peer): a new synthesis is played
+    from its start, never dropped as words the player has."""
+    p = player(tmp_path, gap_ms=300)
+    old = SpeechChunk(utt="a", index=0, sample_rate=RATE, epoch=1,
+                      pcm=np.full(int(RATE * PIECE_S), 0.05, np.float32))
+    run_actor(p, [ready(1), old], src="tts", ticks=3, tick_sleep_s=0.01)
+    assert p.progress() == {}
+    new = [SpeechChunk(utt="a", index=i, sample_rate=RATE, epoch=2,
+                       pcm=np.full(int(RATE * PIECE_S), 0.05, np.float32)) for i in range(2)]
+    out = run_actor(p, [ready(2), *new, SpeechChunk(utt="a", index=2, last=True, epoch=2,
+                                                    sample_rate=RATE,
+                                                    pcm=np.zeros(0, np.float32))],
+                    src="tts", ticks=20, tick_sleep_s=0.02, loaded=True)
+    p.close()
+    (done,) = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
+    assert done.duration_s >= 3 * PIECE_S - 0.01 and p.counters["words_had"] == 0
