@@ -399,7 +399,7 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         raise ModelsError(f"{name}: the hub answered commit {meta.commit_hash} for revision "
                           f"{entry.revision}; refusing")
     folder.mkdir(parents=True, exist_ok=True)
-    _room_for(name, folder, sum(f.size for f in todo))
+    _room_for(name, folder, sum(f.size or 0 for f in todo))   # sizes known, where they are
     for f in todo:
         say(f"voxweft models: {name}: {f.path} ({human(f.size)}) from {entry.repo}")
         # Into a folder of its own beside the model's files, moved to its name (atomically:
@@ -409,7 +409,8 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         try:
             try:
                 hf_hub_download(entry.repo, f.path, revision=entry.revision, local_dir=part,
-                                endpoint=endpoint, token=False, tqdm_class=_capped(f.size))
+                                endpoint=endpoint, token=False,
+                                **({"tqdm_class": _capped(f.size)} if f.size else {}))
             except _TooBig as exc:
                 raise ModelsError(f"{name}: the hub sent more than the pinned {human(f.size)} "
                                   f"of {f.path} ({exc}); stopped, and deleted what came "
@@ -465,6 +466,8 @@ def _capped(size: int):
     class Capped(tqdm):
         def __init__(self, *args, **kwargs) -> None:
             self.came = int(kwargs.get("initial") or 0)
+            # Shown on a terminal; elsewhere (a log, a test) only the one line of the end.
+            kwargs["disable"] = bool(kwargs.get("disable")) or not sys.stderr.isatty()
             super().__init__(*args, **kwargs)
 
         def update(self, n: float | None = 1):
