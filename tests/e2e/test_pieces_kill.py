@@ -10,17 +10,16 @@ import ast
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.whole import (
-    ACTORS,
     actor_pid,
     build_recording,
     heard_whole,
     played_whole,
+    running_topology,
     start_interpret,
 )
 from tests.unit.helpers import run_actor
@@ -73,11 +72,7 @@ def test_a_kill_between_the_pieces_of_a_sentence_loses_no_held_word(tmp_path):
     kills: list[str] = []
     replayed = 0
     try:
-        deadline = time.monotonic() + 240
-        while not all(actor_pid(run_root, a) for a in ACTORS):
-            assert proc.poll() is None and time.monotonic() < deadline, "pipeline never ran"
-            time.sleep(0.5)
-        topology = load(next(run_root.glob("*/topology.toml")))
+        topology = running_topology(proc, run_root)
         client = BusClient([topology.pub_connect(a) for a in ("asr", "mt")],
                            wire.watched("interpret"))
         going_on: set[str] = set()    # pieces the speech goes on from, as asr sent them

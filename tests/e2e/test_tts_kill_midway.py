@@ -12,8 +12,13 @@ import time
 
 import pytest
 
-from tests.e2e.whole import ACTORS, actor_pid, build_recording, check_whole, start_interpret
-from voxweft.deploy.topology import load
+from tests.e2e.whole import (
+    actor_pid,
+    build_recording,
+    check_whole,
+    running_topology,
+    start_interpret,
+)
 from voxweft.protocol import bus as wire
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.messages import SpeechChunk, Translation
@@ -29,11 +34,7 @@ def test_a_tts_killed_mid_utterance_goes_on_where_the_player_is(tmp_path):
     client = None
     kills: list[str] = []
     try:
-        deadline = time.monotonic() + 240
-        while not all(actor_pid(run_root, a) for a in ACTORS):
-            assert proc.poll() is None and time.monotonic() < deadline, "pipeline never ran"
-            time.sleep(0.5)
-        topology = load(next(run_root.glob("*/topology.toml")))
+        topology = running_topology(proc, run_root)
         client = BusClient([topology.pub_connect(a) for a in ("mt", "tts")],
                            [wire.topic(Translation, "mt"), wire.topic(SpeechChunk, "tts")])
         words: dict[str, int] = {}

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jiwer
@@ -89,6 +90,17 @@ def loudest_s(recording: Path, start_s: float, end_s: float) -> float:
     n = int(0.02 * rate)
     return max((float(np.sqrt(np.mean(audio[i:i + n] ** 2)))
                 for i in range(0, len(audio) - n + 1, n)), default=0.0)
+
+
+def running_topology(proc: subprocess.Popen, run_root: Path, timeout_s: float = 240):
+    """Wait until every actor of `interpret`'s run under `run_root` runs; its topology."""
+    from voxweft.deploy.topology import load
+
+    deadline = time.monotonic() + timeout_s
+    while not all(actor_pid(run_root, a) for a in ACTORS):
+        assert proc.poll() is None and time.monotonic() < deadline, "pipeline never ran"
+        time.sleep(0.5)
+    return load(next(run_root.glob("*/topology.toml")))
 
 
 def by_clip(transcripts: list[dict], placed: list[tuple[float, Path]],
