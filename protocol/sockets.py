@@ -5,6 +5,12 @@ Every option is set before bind/connect: libzmq applies options only to later ca
 
 from __future__ import annotations
 
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import zmq
 
 from voxweft.protocol.codec import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES
@@ -186,3 +192,61 @@ class Redial:
                 del self.due[(sock, endpoint)]
                 connect(sock, endpoint, self.curve)
         return min(self.due.values()) - now if self.due else None
+
+
+#: Where kernels take the local port of an outgoing connection when none is set: Linux's
+#: default, and IANA's (macOS, Windows). A port a socket binds in this range can be taken
+#: first: a ZeroMQ socket that keeps reconnecting to a port nothing listens on yet is, now
+#: and then, given that very port and connected to itself (TCP simultaneous open), and it
+#: holds it: the actor that comes up to bind it fails "Address already in use" (CI, once;
+#: 4 SUB sockets reconnecting every 1 ms took an even port in that range within 3 s here).
+LINUX_EPHEMERAL = (32768, 60999)
+IANA_EPHEMERAL = (49152, 65535)
+#: Where `free_ports` looks: under both ranges, above the well-known ports and the usual
+#: development servers, and under the shipped topologies' ports (27600-27607), so that
+#: `interpret` never takes one a user's `up` is about to bind.
+FREE_FROM, FREE_TO = 20000, 27599
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The range (inclusive) this machine takes outgoing connections' local ports from."""
+    try:
+        if sys.platform.startswith("linux"):
+            low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+            return int(low), int(high)
+        if sys.platform == "darwin":
+            out = subprocess.run(["sysctl", "-n", "net.inet.ip.portrange.first",
+                                  "net.inet.ip.portrange.last"], capture_output=True,
+                                 text=True, timeout=5).stdout.split()
+            return int(out[0]), int(out[1])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        pass
+    return IANA_EPHEMERAL
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct ports free now on `host`, outside the ephemeral range (see above).
+
+    The kernel's bind(0) would give ports inside it, which a connection may take.
+    """
+    low, high = ephemeral_range()
+    candidates = [p for p in range(FREE_FROM, FREE_TO + 1) if not low <= p <= high]
+    random.shuffle(candidates)
+    held: list[socket.socket] = []
+    try:
+        for port in candidates:
+            if len(held) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+        if len(held) < n:
+            raise OSError(f"fewer than {n} free ports between {FREE_FROM} and {FREE_TO}")
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()

@@ -1,6 +1,6 @@
 """A hostile peer: connects to every endpoint given and sends garbage of every kind.
 
-    python -m tests.hostile --frames 100000 tcp://127.0.0.1:47601 tcp://127.0.0.1:47603 ...
+    python -m tests.hostile --frames 100000 tcp://127.0.0.1:27601 tcp://127.0.0.1:27603 ...
 
 Per endpoint, in turn until `--frames` frames are sent in all:
 - as a ZeroMQ peer that passes the handshake (XSUB, the only type a PUB accepts; PUSH sockets

@@ -21,6 +21,7 @@ from voxweft.deploy.supervisor import (
     default_run_dir,
     wait_ready,
 )
+from voxweft.protocol.sockets import ephemeral_range
 from voxweft.tools.cli_common import (
     captions_program,
     die,
@@ -28,6 +29,15 @@ from voxweft.tools.cli_common import (
     running_supervisor,
     which_host,
 )
+
+
+def ephemeral_ports(topology, host: str, span: tuple[int, int] | None = None) -> list[str]:
+    """One line per port `host` binds that an outgoing connection may take first."""
+    low, high = span or ephemeral_range()
+    return [f"{key} = {port} lies in this machine's range for outgoing connections "
+            f"({low}-{high}): a connection may hold it and the actor fail to bind; "
+            f"choose a port under {low} in the topology"
+            for key, port in topology.ports_bound_on(host) if low <= port <= high]
 
 
 def cmd_up(args) -> int:
@@ -43,6 +53,8 @@ def cmd_up(args) -> int:
     if not fits:
         return die(f"up: {line}")
     print(f"voxweft: {line}")
+    for line in ephemeral_ports(topology, host):
+        print(f"voxweft: warning: {line}")
     captions = captions_program(args)
     sup = Supervisor(run_dir)
     sup.write(topology, host, captions)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from voxweft.protocol.messages import (
     VadEvent,
     trace_ns,
 )
+from voxweft.protocol.sockets import free_ports
 from voxweft.tools.captions import url
 from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.languages import fit_engines
@@ -40,19 +40,6 @@ HOLDERS = ("segmenter", "asr", "mt", "tts", "player")
 AFTER_EOS_NS = 700_000_000
 #: No utterance moved for this long while some are held: the wait ends with an error.
 STALL_S = 300.0
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free TCP ports on loopback (so a live `voxweft up` is left alone)."""
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt: str,

@@ -41,7 +41,7 @@ EngineCheck = Callable[[str, EngineConfig, str, bool], object]
 #: ended (actors.lag); 0: no bound (file interpretation keeps every utterance).
 DEFAULT_MAX_LAG_S = 8.0
 #: Where a host's supervisord event listener publishes actor process states (deploy.events).
-DEFAULT_EVENTS_PORT = 47600
+DEFAULT_EVENTS_PORT = 27600
 #: A host's or a client's name: it names files (a run directory, key files) and is an argument
 #: on supervisord's command lines, so it is one plain word (no path, space, quote or `%`).
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}")
@@ -240,6 +240,15 @@ class Topology:
     def events_connect(self, host: str) -> str:
         """Endpoint a watcher connects to for `host`'s actor process states."""
         return f"tcp://{self.hosts[host].address}:{self.hosts[host].events_port}"
+
+    def ports_bound_on(self, host: str) -> list[tuple[str, int]]:
+        """(key, port) of every socket `host` binds: its event listener's and its actors'."""
+        bound = [(f"hosts.{host}.events_port", self.hosts[host].events_port)]
+        for name in self.actors_on(host):
+            bound.append((f"actors.{name}.port", self.actors[name].port))
+            if name == "segmenter":
+                bound.append((f"actors.{name}.push_port", self.actors[name].push_port))
+        return bound
 
     def hosts_in_use(self) -> list[str]:
         """Hosts that run at least one actor."""

@@ -24,8 +24,8 @@ from PIL import Image
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k
 from voxweft.protocol.messages import BUS_RATE
+from voxweft.protocol.sockets import free_ports
 from voxweft.tools.bench import room
-from voxweft.tools.interpret import free_ports
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),

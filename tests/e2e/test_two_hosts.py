@@ -225,11 +225,11 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
         m2 = lan.address("m2")
         server = keys["m2"][2]
         strangers = {
-            "no CURVE": ("sub", f"tcp://{m2}:47601", "", ""),
-            "unlisted key": ("sub", f"tcp://{m2}:47601", server, str(keys["thief"][1])),
-            "wrong server key": ("sub", f"tcp://{m2}:47601", keys["ultra"][2],
+            "no CURVE": ("sub", f"tcp://{m2}:27601", "", ""),
+            "unlisted key": ("sub", f"tcp://{m2}:27601", server, str(keys["thief"][1])),
+            "wrong server key": ("sub", f"tcp://{m2}:27601", keys["ultra"][2],
                                  str(keys["ultra"][1])),
-            "unlisted PULL": ("pull", f"tcp://{m2}:47603", server, str(keys["thief"][1])),
+            "unlisted PULL": ("pull", f"tcp://{m2}:27603", server, str(keys["thief"][1])),
         }
         # A listed client's key (`voxweft keys --client`), no host's: the laptop in the room.
         laptop = lan.popen("ultra", [*VOXWEFT, "tap", "--topology", str(topology), "--key",

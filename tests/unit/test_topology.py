@@ -82,13 +82,13 @@ def test_load_by_path_equals_parse(tmp_path: Path):
 
 def test_endpoints():
     topo = topology.load()
-    ports = {"capture": 47601, "segmenter": 47602, "asr": 47604, "mt": 47605, "tts": 47606,
-             "player": 47607}
+    ports = {"capture": 27601, "segmenter": 27602, "asr": 27604, "mt": 27605, "tts": 27606,
+             "player": 27607}
     for actor, port in ports.items():
         assert topo.pub_bind(actor) == f"tcp://127.0.0.1:{port}"
         assert topo.pub_connect(actor) == f"tcp://127.0.0.1:{port}"
-    assert topo.push_bind() == "tcp://127.0.0.1:47603"
-    assert topo.push_connect() == "tcp://127.0.0.1:47603"
+    assert topo.push_bind() == "tcp://127.0.0.1:27603"
+    assert topo.push_connect() == "tcp://127.0.0.1:27603"
 
 
 def test_endpoints_on_two_hosts():
@@ -98,11 +98,11 @@ def test_endpoints_on_two_hosts():
     raw["actors"]["asr"]["host"] = "gpu"
     raw["actors"]["segmenter"]["host"] = "laptop"
     topo = parse(raw, SRC)
-    assert topo.pub_bind("asr") == "tcp://0.0.0.0:47604"
-    assert topo.pub_connect("asr") == "tcp://192.168.1.20:47604"
-    assert topo.push_bind() == "tcp://192.168.1.10:47603"
-    assert topo.push_connect() == "tcp://192.168.1.10:47603"
-    assert topo.pub_bind("mt") == "tcp://127.0.0.1:47605"
+    assert topo.pub_bind("asr") == "tcp://0.0.0.0:27604"
+    assert topo.pub_connect("asr") == "tcp://192.168.1.20:27604"
+    assert topo.push_bind() == "tcp://192.168.1.10:27603"
+    assert topo.push_connect() == "tcp://192.168.1.10:27603"
+    assert topo.pub_bind("mt") == "tcp://127.0.0.1:27605"
     assert topo.actors_on("gpu") == ["asr"]
     assert topo.actors_on("laptop") == ["segmenter"]
     assert topo.actors_on("local") == ["capture", "mt", "tts", "player"]
@@ -112,8 +112,8 @@ def test_same_port_on_different_hosts_is_allowed():
     raw = _raw()
     raw["hosts"]["gpu"] = {"address": "192.168.1.20"}
     raw["actors"]["asr"]["host"] = "gpu"
-    raw["actors"]["asr"]["port"] = 47601   # capture's port, but on another address
-    assert parse(raw, SRC).pub_connect("asr") == "tcp://192.168.1.20:47601"
+    raw["actors"]["asr"]["port"] = 27601   # capture's port, but on another address
+    assert parse(raw, SRC).pub_connect("asr") == "tcp://192.168.1.20:27601"
 
 
 def test_int_accepted_for_float_key():
@@ -174,7 +174,7 @@ def test_unknown_actor_key():
 
 def test_unknown_actor_table():
     raw = _raw()
-    raw["actors"]["mixer"] = {"host": "local", "port": 47608}
+    raw["actors"]["mixer"] = {"host": "local", "port": 27608}
     message = _error(raw)
     assert "'mixer'" in message
     for name in ACTOR_NAMES:
@@ -182,9 +182,9 @@ def test_unknown_actor_table():
 
 
 @pytest.mark.parametrize("actor,key,value,shown", [
-    ("capture", "port", "47601", "'47601'"),
+    ("capture", "port", "27601", "'27601'"),
     ("capture", "port", True, "True"),
-    ("capture", "port", 47601.0, "47601.0"),
+    ("capture", "port", 27601.0, "27601.0"),
     ("segmenter", "hangover_ms", 0.3, "0.3"),
     ("segmenter", "max_segment_s", "15", "'15'"),
     ("capture", "fast", 1, "1"),
@@ -351,17 +351,17 @@ def test_unknown_host():
 
 def test_duplicate_port():
     raw = _raw()
-    raw["actors"]["mt"]["port"] = 47604
+    raw["actors"]["mt"]["port"] = 27604
     message = _error(raw)
-    assert "actors.mt.port = 47604" in message and "actors.asr" in message
+    assert "actors.mt.port = 27604" in message and "actors.asr" in message
     raw = _raw()
-    raw["actors"]["player"]["port"] = 47603
+    raw["actors"]["player"]["port"] = 27603
     message = _error(raw)
-    assert "actors.player.port = 47603" in message and "actors.segmenter" in message
+    assert "actors.player.port = 27603" in message and "actors.segmenter" in message
     raw = _raw()
-    raw["actors"]["segmenter"]["push_port"] = 47602
+    raw["actors"]["segmenter"]["push_port"] = 27602
     message = _error(raw)
-    assert "actors.segmenter.push_port = 47602" in message
+    assert "actors.segmenter.push_port = 27602" in message
 
 
 def test_invalid_toml(tmp_path: Path):
@@ -432,12 +432,12 @@ def test_dumps_round_trips():
 
 def test_events_port_defaults_and_must_not_collide():
     topology = parse(_raw(), SRC)
-    assert topology.events_connect("local") == "tcp://127.0.0.1:47600"
+    assert topology.events_connect("local") == "tcp://127.0.0.1:27600"
     raw = _raw()
-    raw["hosts"]["local"]["events_port"] = 47602
-    assert "port = 47602 is already used by hosts.local.events_port" in _error(raw)
-    raw["hosts"]["local"]["events_port"] = "47600"
-    assert "hosts.local.events_port = '47600' must be a int" in _error(raw)
+    raw["hosts"]["local"]["events_port"] = 27602
+    assert "port = 27602 is already used by hosts.local.events_port" in _error(raw)
+    raw["hosts"]["local"]["events_port"] = "27600"
+    assert "hosts.local.events_port = '27600' must be a int" in _error(raw)
     raw = _raw()   # two hosts at one address need their own events ports
     raw["hosts"]["other"] = {"address": "127.0.0.1"}
     raw["actors"]["tts"]["host"] = "other"

@@ -13,7 +13,7 @@ from voxweft.protocol.messages import PlaybackEvent, SpeechChunk, Translation
 
 
 def test_speed_ramps_between_the_two_backlogs():
-    cfg = TtsConfig(engine="espeak", port=47605, catchup_after_s=0.5, catchup_full_s=3.0,
+    cfg = TtsConfig(engine="espeak", port=27605, catchup_after_s=0.5, catchup_full_s=3.0,
                     catchup_max_speed=1.3)
     assert cfg.speed(0.0) == 1.0 and cfg.speed(0.5) == 1.0
     assert cfg.speed(1.75) == 1.15

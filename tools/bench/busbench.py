@@ -51,7 +51,7 @@ from voxweft.actors.runtime import Actor, Runtime
 from voxweft.protocol import bus as wire
 from voxweft.protocol.codec import encode
 from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, now_ns, stamp
-from voxweft.tools.interpret import free_ports
+from voxweft.protocol.sockets import free_ports
 from voxweft.tools.latency import percentile
 
 TRANSPORTS = ("ipc", "tcp")
