@@ -149,9 +149,9 @@ def _require_pulseaudio() -> None:
     if sys.platform != "linux":
         pytest.skip("the PulseAudio null sink is Linux only")
     missing = [tool for tool in ("pulseaudio", "pacat") if shutil.which(tool) is None]
-    if missing:   # on Linux, tools/install.sh installs them: their absence is a failure
+    if missing:   # on Linux, tools/test.sh installs them: their absence is a failure
         pytest.fail(f"{', '.join(missing)} not found: install pulseaudio pulseaudio-utils "
-                    "libasound2-plugins (tools/install.sh does)")
+                    "libasound2-plugins (tools/test.sh does)")
 
 
 @pytest.fixture(scope="module")

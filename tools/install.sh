@@ -53,6 +53,28 @@ disk_preflight() {
   fi
 }
 
+# The architecture of the Python that will run voxweft, not the shell's: on a Mac an Intel
+# Python (an old Homebrew in /usr/local, a python.org build run under Rosetta) gets no mlx
+# or torch wheel, and a .venv made by another Python than this one is not reused.
+python_arch() {
+  "$1" -c 'import platform; print(platform.machine())' 2>/dev/null || true
+}
+arch_preflight() {
+  local want have
+  want=$(python_arch "$PYTHON")
+  if [ "$(uname -s)" = Darwin ] && [ "$want" != "arm64" ]; then
+    echo "install: $PYTHON runs as ${want:-nothing (it does not start)}, not arm64: MLX and torch wheels need a native arm64 Python; use Homebrew's in /opt/homebrew (PYTHON=/opt/homebrew/bin/python3.11 tools/install.sh)" >&2
+    exit 1
+  fi
+  if [ -e .venv/bin/python ]; then
+    have=$(python_arch .venv/bin/python)
+    if [ "$have" != "$want" ]; then
+      echo "install: the existing .venv's Python runs as ${have:-nothing (it does not start)}, $PYTHON as $want: remove it (rm -rf .venv) and rerun tools/install.sh" >&2
+      exit 1
+    fi
+  fi
+}
+
 # The platform checks are done: with VOXWEFT_INSTALL_PREFLIGHT_ONLY=1, stop here.
 preflight_done() {
   if [ "${VOXWEFT_INSTALL_PREFLIGHT_ONLY:-}" = "1" ]; then
@@ -79,18 +101,14 @@ case "$(uname -s)" in
     preflight_done
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    # What running needs, nothing more (tools/test.sh installs what the tests need):
     # espeak-ng: phonemes for Kokoro and the espeak engine; libportaudio2: sound devices;
-    # libsndfile1: audio files; pulseaudio: the null sink the device tests play into;
-    # apertium-*: rule-based MT en<->es, en<->ca, fr<->es; libopenblas0-pthread: preloaded
-    # into an mlx-whisper asr (MLX's CPU build has only a reference BLAS: ~5x slower);
-    # iproute2: the network namespaces the two-host tests run in; faketime: one of those
-    # hosts' clock shifted (libfaketime), for the clock-offset test; chromium and
-    # chromium-driver: the captions page is tested in a real (headless) browser.
+    # libsndfile1: audio files; apertium-*: rule-based MT en<->es, en<->ca, fr<->es;
+    # libopenblas0-pthread: preloaded into an mlx-whisper asr (MLX's CPU build has only a
+    # reference BLAS: ~5x slower).
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
       python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 libopenblas0-pthread \
-      pulseaudio pulseaudio-utils libasound2-plugins iproute2 faketime \
-      chromium chromium-driver \
       apertium apertium-eng-spa apertium-eng-cat apertium-fr-es >/dev/null
     PYTHON=${PYTHON:-python3}
     ;;
@@ -98,13 +116,14 @@ case "$(uname -s)" in
 esac
 
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "voxweft needs Python >= 3.11"'
+arch_preflight
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # mlx: the MLX engines (Metal on a Mac; the CPU build on Linux, where CI checks them);
 # voxcpm: what VoxCPM2's torch backend needs, then voxcpm itself without the dependencies it
 # declares (gradio, funasr, modelscope, a CUDA torchaudio...: its VoxCPM2 path needs none).
 # Not -q: ~2.8 GB of wheels, each named as it comes (a silent pip looks stuck).
-.venv/bin/python -m pip install --progress-bar off -e ".[test,mlx,voxcpm]"
+.venv/bin/python -m pip install --progress-bar off -e ".[mlx,voxcpm]"
 .venv/bin/python -m pip install -q --no-deps "voxcpm==2.0.3" "resemblyzer==0.1.4"
 echo "voxweft installed in $(pwd)/.venv (activate with: source .venv/bin/activate)"
 

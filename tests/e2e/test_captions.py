@@ -31,7 +31,7 @@ CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(not (CHROMIUM and DRIVER),
                                  reason="Debian's chromium and chromium-driver are not "
-                                        "installed: run tools/install.sh")]
+                                        "installed: run tools/test.sh (it installs them)")]
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ for _ in range(30):   # it tries again and again, each time from a new socket
     s.close(0)
 """
 REASON = netns.available()
-#: Debian's libfaketime (tools/install.sh): a host whose wall clock is off, its monotonic
+#: Debian's libfaketime (tools/test.sh installs it): a host whose wall clock is off, its monotonic
 #: clock left alone (ZeroMQ's heartbeats and the actors' timers run on that).
 FAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))), "")
 CLOCK_SHIFT_S = -5
@@ -208,7 +208,7 @@ def _bandwidth(messages, topology, start_ns: int, end_ns: int) -> dict[str, dict
 
 
 def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
-    assert FAKETIME, "libfaketime is missing: run tools/install.sh (Debian package faketime)"
+    assert FAKETIME, "libfaketime is missing: run tools/test.sh (it installs Debian's faketime)"
     env = {**os.environ, "VOXWEFT_KEYS": str(tmp_path / "keys")}
     # The Ultra's wall clock runs 5 s behind the M2's.
     shim = tmp_path / "faketime"

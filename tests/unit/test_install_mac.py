@@ -150,3 +150,70 @@ def test_a_disk_without_room_for_the_virtualenv_is_refused_before_anything(tmp_p
     ok, calls = _run(tmp_path / "roomy", system=system, free_kb=50 * 1024 * 1024,
                      preflight_only=True)
     assert ok.returncode == 0 and not calls.exists(), (ok.stdout, ok.stderr)
+
+
+def _python_run(tmp_path: Path, python_arch: str, venv_arch: str | None,
+                system: str = "Darwin") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """install.sh, copied beside a fake `.venv` (`venv_arch`; None: none), on a machine whose
+    brew and apt succeed and whose Python runs as `python_arch` ("" for one that fails).
+
+    The fake Pythons answer the version and architecture questions and write every other
+    call (a venv made, pip) to the log and fail.
+    """
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "tools" / "install.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.log"
+
+    def python(path: Path, arch: str) -> None:
+        answer = (f'  *platform.machine*) echo {arch}; exit 0 ;;\n' if arch else
+                  '  *platform.machine*) exit 1 ;;\n')
+        _write(path, 'case "$*" in\n' + answer
+               + '  *version_info*) exit 0 ;;\n'
+               f'esac\necho "{path.name} $*" >> "{calls}"\nexit 1\n')
+
+    _write(bin_dir / "uname",
+           f'case "$1" in -s) echo {system} ;; -m) echo arm64 ;; *) echo {system} ;; esac\n')
+    _write(bin_dir / "sysctl", "echo 0\n")
+    _write(bin_dir / "sw_vers", "echo 14.5\n")
+    for name in ("brew", "apt-get", "sudo"):   # the system packages: installed (logged)
+        _write(bin_dir / name, f'echo "{name} $*" >> "{calls}"\n')
+    python(bin_dir / "python3.11", python_arch)
+    if venv_arch is not None:
+        (repo / ".venv" / "bin").mkdir(parents=True)
+        python(repo / ".venv" / "bin" / "python", venv_arch)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VOXWEFT_INSTALL_PREFLIGHT_ONLY", "PYTHON")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+    env["PYTHON"] = str(bin_dir / "python3.11")
+    result = subprocess.run([BASH, str(repo / "tools" / "install.sh"), "--no-demo"], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                            check=False)
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize("arch", ["x86_64", ""])
+def test_an_intel_or_broken_python_on_a_mac_is_refused_before_the_venv(tmp_path, arch):
+    """Issue 38: the Python that will run voxweft, not the shell, must be arm64."""
+    result, calls = _python_run(tmp_path, arch, None)
+    assert result.returncode == 1
+    line, = result.stderr.splitlines()
+    assert line.startswith("install: ") and "not arm64" in line and "/opt/homebrew" in line
+    assert (f"runs as {arch}," if arch else "does not start") in line
+    assert not [c for c in calls if "venv" in c or "pip" in c], calls
+
+
+@pytest.mark.parametrize("system", ["Darwin", "Linux"])
+def test_a_venv_made_by_a_python_of_another_architecture_is_refused(tmp_path, system):
+    want = "arm64" if system == "Darwin" else "x86_64"
+    other = "x86_64" if system == "Darwin" else "aarch64"
+    result, calls = _python_run(tmp_path, want, other, system)
+    assert result.returncode == 1
+    line, = result.stderr.splitlines()
+    assert f"existing .venv's Python runs as {other}" in line and "rm -rf .venv" in line
+    assert not [c for c in calls if "pip" in c], calls
+    (tmp_path / "same").mkdir()   # the same architecture: the install goes on to pip
+    result, calls = _python_run(tmp_path / "same", want, want, system)
+    assert any(c.startswith("python -m pip install") for c in calls), (calls, result.stderr)
