@@ -429,3 +429,30 @@ def test_the_budget_is_measured_with_a_speaker_reference_as_it_will_run(tiny, ba
     assert e.encoded == 1 and measured["rtf"] > 0   # the reference was used, encoded once
     assert measured["stretches"] == 1.0   # it speaks faster only by stretching: no credit
     assert warmup_voice(_engine(tiny, backend, voice="default")) is None
+
+
+def test_a_torch_model_folder_is_refused_by_the_mlx_backend_in_one_line(tiny, tmp_path):
+    """Issue 38: openbmb's torch folder keeps the VAE in audiovae.pth only, which mlx-audio
+    never reads; the mlx backend says so at load. The tiny folder (the VAE in its weights
+    too, as mlx-audio's conversions have it) still loads (the tests above)."""
+    if importlib.util.find_spec("mlx_audio") is None:
+        pytest.skip("mlx_audio is not installed")
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    torch_folder = tmp_path / "openbmb-like"
+    shutil.copytree(tiny, torch_folder)
+    weights = load_file(str(tiny / "model.safetensors"))
+    assert any(k.startswith("audio_vae.") for k in weights)
+    save_file({k: v for k, v in weights.items() if not k.startswith("audio_vae.")},
+              str(torch_folder / "model.safetensors"))
+    e = engines.build("tts", "voxcpm2", {"backend": "mlx", "model": str(torch_folder)})
+    with pytest.raises(StartupError) as info:
+        e.load()
+    line = str(info.value)
+    assert "\n" not in line and "only in audiovae.pth" in line
+    assert 'backend = "torch"' in line and "voxweft models fetch voxcpm2-mlx-4bit" in line
+    torch_engine = engines.build("tts", "voxcpm2", {"backend": "torch",
+                                                    "model": str(torch_folder)})
+    torch_engine.load()   # voxcpm takes the VAE from audiovae.pth: the folder is fine for it

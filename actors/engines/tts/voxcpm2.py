@@ -254,6 +254,12 @@ class VoxCpm2Engine(TtsEngine):
                 f"{self.folder} is an MLX model folder (no audiovae.pth beside its weights, "
                 "which voxcpm loads), and backend is torch: set backend = \"mlx\" (Apple "
                 "Silicon) or fetch the torch weights (`voxweft models fetch voxcpm2`)")
+        if self.backend == "mlx" and not _vae_in_weights(self.folder):
+            raise StartupError(
+                f"{self.folder} keeps its audio VAE only in audiovae.pth (a torch model "
+                "folder: voxcpm reads it there, mlx-audio reads the weights alone), and "
+                "backend is mlx: set backend = \"torch\" or fetch the MLX weights "
+                "(`voxweft models fetch voxcpm2-mlx-4bit`)")
         if self.backend == "torch":
             self._load_torch()
         else:
@@ -466,6 +472,20 @@ def _mlx_folder(folder: Path) -> bool:
     folder for voxcpm has it beside them (audiovae.pth).
     """
     return not any((folder / f"audiovae.{ext}").is_file() for ext in ("pth", "safetensors"))
+
+
+def _vae_in_weights(folder: Path) -> bool:
+    """Whether `folder`'s safetensors hold the audio VAE (`audio_vae.*`): mlx-audio reads it there.
+
+    openbmb's torch folder has it in audiovae.pth only. Only the files' headers are read.
+    """
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="numpy") as weights:
+            if any(key.startswith("audio_vae.") for key in weights.keys()):
+                return True
+    return False
 
 
 class _Timed:
