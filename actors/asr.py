@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import re
+import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -13,7 +14,6 @@ import numpy as np
 from voxweft.actors import budget
 from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
-from voxweft.actors.engines.asr import AsrEngine
 from voxweft.actors.loudness import levelled
 from voxweft.actors.phrases import Sentence
 from voxweft.protocol.messages import (
@@ -148,14 +148,15 @@ class AsrActor(EngineActor):
         self.taken: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=256)
         # Transcripts of drafts (speculative endpointing), by the speech they were made from.
         self.drafts = Drafts(self.counters)
+        # Seconds spent decoding, and seconds of audio decoded (`_count_decode`).
+        self.engine_s = self.decoded_s = 0.0
         # The last draft at a pause of each open utterance: (its speech, text, segment), to
         # find the words a later draft agrees on (simultaneous commits, see `agreed_prefix`).
         self.pauses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         self.cuts = topology.commits.at_pauses
         # LocalAgreement: the words of each open utterance's last draft, by its start.
         # (Only with an engine that times words as it goes.)
-        self.agree = topology.commits.by_agreement and \
-            type(self.engine).timed is not AsrEngine.timed
+        self.agree = topology.commits.by_agreement and self.engine.times_words()
         self.hypotheses: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         # Words this far behind a draft's end are committed without waiting for agreement.
         self.settle_s = config.settle_ms / 1000
@@ -332,6 +333,19 @@ class AsrActor(EngineActor):
         self.counters["joined"] += 1
         return np.concatenate([b.pcm, pcm]), b.text, len(b.pcm) / BUS_RATE
 
+    def _count_decode(self, spent_s: float, audio_s: float) -> None:
+        """One decode counted: what the budget's GPU line is checked against.
+
+        `decodes`, finals and drafts alike; `decoded_ms`, the audio decoded (a joined piece's
+        too); `engine_ms`, the time decoding; `fallbacks`, short windows decoded again whole.
+        """
+        self.engine_s += spent_s
+        self.decoded_s += audio_s
+        self.counters["decodes"] += 1
+        self.counters["engine_ms"] = round(self.engine_s * 1000)
+        self.counters["decoded_ms"] = round(self.decoded_s * 1000)
+        self.counters["fallbacks"] = getattr(self.engine, "fallbacks", 0)
+
     def _committed(self, msg: Segment, pcm: np.ndarray, lang: str, text: str) -> None:
         """Remember the piece just committed: the next may join it."""
         short = pcm is not None and text and len(pcm) <= MAX_CONTEXT_S * BUS_RATE
@@ -366,10 +380,12 @@ class AsrActor(EngineActor):
         if text is None:
             heard, prefix, offset_s = self._joined(msg, pcm, lang)
             heard = levelled(heard, self.config.level_dbfs)
+            decode = time.monotonic()
             if self.agree and msg.growing:
                 words = self.engine.timed(heard, lang, prefix)
             text = " ".join(w for w, _s, _e in words) if words else \
                 self.engine.transcribe(heard, lang, prefix)
+            self._count_decode(time.monotonic() - decode, len(heard) / BUS_RATE)
             if self.glossary:
                 text = self.glossary.spell(text)
         trace = traced(traced(self.arrived(msg.trace, "asr"), "asr.start", start), "asr.end")

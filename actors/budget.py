@@ -52,6 +52,20 @@ DEFAULT_EXPANSION = 1.2
 OTHERS_CORES = 0.1
 #: Keeping up means using at most this share of the cores (the rest absorbs bursts).
 HEADROOM = 0.9
+#: What a stage decodes or makes per second of continuous speech beyond one pass over it,
+#: by how the segmenter commits words early (`Topology.commits`): a GPU is busy for all of
+#: it. asr: its wall time counted live (finals, drafts at pauses and every
+#: `agree_every_ms`, full-window fallbacks: `decodes`, `engine_ms`) over what one pass of
+#: the same speech costs (warm-up `rtf`); measured by `voxweft bench --continuous` (the
+#: `work` section) here, see docs/performance.md. "agreement": drafts every second decoded
+#: (an engine with word times, `timed`); "pauses": drafts at pauses only (an engine
+#: without, e.g. mlx-whisper); "none": no drafts. Until measured with the live counters:
+#: "pauses" from asr's CPU seconds on continuous speech with and without drafts (20.5-23.5
+#: against 15.3, docs/performance.md); "agreement" and TRANSLATIONS_PER_S estimated.
+ASR_WORK = {"agreement": 2.0, "pauses": 1.4, "none": 1.0}
+#: Translations tts gets per second of continuous source speech, by commit mode: each is
+#: planned and made apart (a first piece of its own, a prefill each); bench-measured too.
+TRANSLATIONS_PER_S = {"agreement": 0.6, "pauses": 0.35, "none": 0.3}
 #: What to change when a stage is the heaviest and the host does not keep up.
 ADVICE = {
     "asr": 'threads = 1 (a third less CPU at the same speed here) or settings.model = '
@@ -135,8 +149,11 @@ def warm_asr(engine, lang: str) -> dict[str, float]:
     engine.transcribe((rng.standard_normal(BUS_RATE) * 0.001).astype(np.float32), lang)
     audio, _text = sample_speech()
     lang = "en" if "en" in engine.languages() else lang
-    return with_variants(measure(lambda: (engine.transcribe(audio, lang),),
-                                 len(audio) / BUS_RATE), engine)
+    measured = with_variants(measure(lambda: (engine.transcribe(audio, lang),),
+                                     len(audio) / BUS_RATE), engine)
+    # It times words as it goes: drafts every `agree_every_ms` are decoded (commit_mode).
+    timed = {"timed": 1.0} if engine.times_words() else {}
+    return {**measured, **timed}
 
 
 def warm_mt(engine, src: str, tgt: str) -> dict[str, float]:
@@ -168,9 +185,14 @@ def warm_tts(engine, lang: str, voice=None) -> dict[str, float]:
     # An engine that speaks faster only by stretching what it made at 1.0 saves nothing
     # by it: the verdict gives it no credit for speaking faster (`verdict`).
     stretches = {"stretches": 1.0} if getattr(engine, "STRETCHES", False) else {}
+    # An engine that learns what a piece costs (VoxCPM2: a prefill, then seconds per second
+    # of speech) says so: each translation made apart costs a prefill more (`stage_need`).
+    pace = getattr(engine, "pace", None)
+    paced = {"prefill_s": round(pace.prefill_s, 3), "gen_rate": round(pace.rate, 3)} \
+        if pace is not None else {}
     return with_variants({**measured, "expansion": round(expansion, 3),
-                          "source_cpu": round(measured["cpu"] * expansion, 3), **stretches},
-                         engine)
+                          "source_cpu": round(measured["cpu"] * expansion, 3), **stretches,
+                          **paced}, engine)
 
 
 def source_cpu(measured: dict[str, float], tgt_lang: str) -> float:
@@ -274,27 +296,58 @@ def verdict(topology, budgets: dict[str, dict[str, float]],
                 f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
                 f"({cfg.engine}) is the heaviest: "
                 f"{ENGINE_ADVICE.get(cfg.engine, ADVICE[worst])}, or a host of its own")
-        gpu_ok, gpu_line = _gpu_verdict(topology, host, have, max_speed)
+        gpu_ok, gpu_line = _gpu_verdict(topology, host, have, max_speed,
+                                        budgets.get("asr") or {})
         ok = ok and gpu_ok
         lines += [gpu_line] if gpu_line else []
     return ok, lines
 
 
+def commit_mode(topology, asr_budget: dict[str, float]) -> str:
+    """How words are committed early, as it costs asr: "agreement", "pauses" or "none"."""
+    commits = topology.commits
+    if commits.by_agreement and asr_budget.get("timed"):
+        return "agreement"
+    return "pauses" if commits.at_pauses or commits.by_agreement else "none"
+
+
+def stage_need(topology, stage: str, measured: dict[str, float], one_pass: float,
+               asr_budget: dict[str, float] | None = None) -> float:
+    """Wall seconds `stage` works per second of the speaker's continuous speech.
+
+    `one_pass`: what one pass costs per second (its own speech's for tts), measured at
+    warm-up. asr: times `ASR_WORK` (drafts and fallbacks decoded beside the finals). tts:
+    per second of the speaker's speech (its expansion), plus a prefill for each translation
+    more than the warm-up sentence was (`TRANSLATIONS_PER_S`), for an engine that knows
+    its prefill. Other stages: one pass.
+    """
+    mode = commit_mode(topology, asr_budget if asr_budget is not None else measured)
+    if stage == "asr":
+        return one_pass * ASR_WORK[mode]
+    if stage != "tts":
+        return one_pass
+    more = max(0.0, TRANSLATIONS_PER_S[mode] - 1 / SPOKEN_SOURCE_S)
+    return one_pass * measured.get("expansion", 1.0) + more * measured.get("prefill_s", 0.0)
+
+
 def _gpu_verdict(topology, host: str, have: dict[str, dict[str, float]],
-                 max_speed: float) -> tuple[bool, str]:
+                 max_speed: float, asr_budget: dict[str, float]) -> tuple[bool, str]:
     """(keeps up, line) for the GPU of `host`: its engines' wall time per second of speech.
 
-    One GPU serves every engine of the host in turn, so their times add up; tts's is per
-    second of its own speech, times its expansion (per second of the speaker's).
+    One GPU serves every engine of the host in turn, so their times add up: all they do
+    for each second of the speaker's continuous speech (`stage_need`: drafts, fallbacks and
+    each translation's own pieces counted, not one pass).
     """
-    need = {a: b["gpu"] * (b.get("expansion", 1.0) if a == "tts" else 1.0)
+    need = {a: stage_need(topology, a, b, b["gpu"], asr_budget)
             for a, b in have.items() if "gpu" in b}
     if not need:
         return True, ""
     total = sum(need.values())
     faster = total - need.get("tts", 0.0) * (1 - 1 / max_speed)
     parts = " + ".join(f"{a} {v:.2f}" for a, v in need.items())
-    head = f"GPU on {host}: continuous speech needs {parts} = {total:.2f} s per s of speech"
+    head = (f"GPU on {host}: continuous speech needs {parts} = {total:.2f} s per s of speech "
+            f"(drafts, fallbacks and a prefill per translation counted; commits: "
+            f"{commit_mode(topology, asr_budget)})")
     if total <= HEADROOM:
         return True, f"{head}: keeps up"
     if faster <= HEADROOM:

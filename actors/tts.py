@@ -13,6 +13,7 @@ import numpy as np
 from voxweft.actors import budget, condense, engines, lag
 from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
+from voxweft.actors.engines.tts import Spoken, Timed
 from voxweft.actors.voice import VoiceMemory
 from voxweft.protocol.messages import (
     BUS_RATE,
@@ -43,8 +44,8 @@ class _Draft:
 
     plan: lag.Decision
     engine: object
-    first: engines.tts.Spoken
-    rest: Iterator[engines.tts.Spoken]
+    first: Spoken
+    rest: Iterator[Spoken]
     made_s: float             # what making the first chunk took
     spans: list[tuple[int, int]]   # the words of each piece of its plan
 
@@ -67,6 +68,8 @@ class TtsActor(EngineActor):
         self.first_chunks: collections.deque[float] = collections.deque(maxlen=FIRST_CHUNKS)
         # Wall seconds synthesis takes per character of text, lately (long chunks need it).
         self.s_per_char: float | None = None
+        # Seconds the engines spent making speech, and the speech made (counted in _counted).
+        self.engine_s = self.made_s = 0.0
         # First chunks of draft translations (speculative endpointing), by text and language.
         self.drafts = Drafts(self.counters, on_drop=lambda draft: draft.rest.close())
         # The player's last word on each utterance it has begun: how many of its words it
@@ -174,8 +177,9 @@ class TtsActor(EngineActor):
         # The plan now: an engine may size its pieces by what it measures, which changes
         # before the rest of the draft is made.
         spans = engines.tts.word_spans(engine.plan(msg.text, eager=not plan.long_chunks))
-        chunks = engine.speak(msg.text, lang, plan.speed, eager=not plan.long_chunks,
-                              voice=self.voice(msg))
+        chunks = self._counted(engine.speak(msg.text, lang, plan.speed,
+                                            eager=not plan.long_chunks, voice=self.voice(msg)),
+                               engine.sample_rate)
         first = next(chunks, None)
         if first is None:
             return
@@ -185,6 +189,26 @@ class TtsActor(EngineActor):
                          made_s)
         self.log.info("tts: %s (draft) first chunk made ahead in %.0f ms", msg.utt,
                       made_s * 1000)
+
+    def _counted(self, spoken: Iterator[Spoken], rate: int) -> Iterator[Spoken]:
+        """`spoken`, its making counted (what the budget's GPU line is checked against).
+
+        `engine_ms`: time spent making it (not waiting between chunks); `pieces`: pieces of
+        a plan made (a model call each); `made_ms`: speech made.
+        """
+        timed, piece = Timed(spoken), None
+        for item in timed:
+            self.engine_s += timed.spent_s
+            timed.spent_s = 0.0
+            if item.piece != piece:
+                self.counters["pieces"] += 1
+                piece = item.piece
+            self.made_s += len(item.pcm) / rate
+            self.counters["engine_ms"] = round(self.engine_s * 1000)
+            self.counters["made_ms"] = round(self.made_s * 1000)
+            yield item
+        self.engine_s += timed.spent_s
+        self.counters["engine_ms"] = round(self.engine_s * 1000)
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Speak one translation, faster (or not at all) when the listener is behind.
@@ -279,9 +303,9 @@ class TtsActor(EngineActor):
             if chunks is None:
                 spans = engines.tts.word_spans(engine.plan(text, eager=not plan.long_chunks),
                                                said)
-                chunks = _until_it_fails(lambda: engine.speak(
+                chunks = _until_it_fails(lambda: self._counted(engine.speak(
                     text, lang, plan.speed, eager=not plan.long_chunks,
-                    voice=self.voice(msg)))
+                    voice=self.voice(msg)), engine.sample_rate))
             else:
                 chunks = _until_it_fails(lambda drafted=chunks: drafted)
             piece, part = -1, 0

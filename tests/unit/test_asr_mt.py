@@ -134,6 +134,12 @@ def test_asr_final_takes_the_draft_of_the_same_speech(whisper):
             actor.counters["drafts_wasted"]) == (2, 1, 1)
     assert actor.counters["draft_wasted_ms"] > 0
     assert [t[1] for t in actor.taken] == [0.0, 0.0]   # drafts are not taken speech
+    # Every decode counted, drafts too (what a GPU is busy with, issue 38): 3 of 4 segments
+    # decoded (x's final took its draft), their audio and the time they took.
+    assert actor.counters["decodes"] == 3
+    assert actor.counters["decoded_ms"] == round(1000 * (2 * len(audio) + len(half)) / 16000)
+    assert 0 < actor.counters["engine_ms"] <= 1000 * actor.engine_s + 1
+    assert actor.counters["fallbacks"] == whisper.fallbacks
 
 
 @pytest.mark.parametrize(("earlier", "later", "agreed"), [

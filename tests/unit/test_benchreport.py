@@ -368,3 +368,37 @@ def test_underruns_inside_utterances_are_counted_and_reported():
     md = br.markdown({**sample_report(), "underruns": summary})
     assert "- underruns inside an utterance (the next chunk came after the one before had " \
            "played): 3 in 2 of 3 utterances, 0.810 s in all, longest 0.610 s" in md
+
+
+def test_the_work_per_second_of_speech_is_counted_live_beside_the_budgets_figure():
+    """Issue 38: the bench says what asr and tts worked per second of the source's speech
+    (every decode, draft and fallback; every piece), beside what the GPU line counts."""
+    from voxweft.actors import budget
+    from voxweft.deploy.topology import load
+    from voxweft.protocol.messages import Status
+    from voxweft.tools.bench.heartbeats import work
+    from voxweft.tools.bench.run import BenchCollector
+
+    topo = load(None)
+    collected = BenchCollector()
+    collected.statuses = {
+        "asr": [Status(src="asr", state="ready", counters={"decodes": 30, "decoded_ms": 45_000,
+                                                           "engine_ms": 9_000, "fallbacks": 3})],
+        "tts": [Status(src="tts", state="ready", counters={"pieces": 24, "made_ms": 26_000,
+                                                           "engine_ms": 12_000})]}
+    rows = [{"speech_s": 5.0}, {"speech_s": 7.0}, {"speech_s": 8.0}]   # 20 s of speech
+    budgets = {"asr": {"rtf": 0.2, "timed": 1.0},
+               "tts": {"rtf": 0.4, "expansion": 1.2, "prefill_s": 0.25}}
+    w = work(collected, rows, topo, budgets)
+    assert w["speech_s"] == 20.0 and w["commits"] == "agreement"
+    assert w["asr"] == {"decodes_per_s": 1.5, "decoded_s_per_s": 2.25, "fallback_share": 0.1,
+                        "engine_s_per_s": 0.45, "one_pass_s_per_s": 0.2,
+                        "counted_s_per_s": round(0.2 * budget.ASR_WORK["agreement"], 3)}
+    assert w["tts"]["translations_per_s"] == 0.15 and w["tts"]["pieces_per_s"] == 1.2
+    assert w["tts"]["engine_s_per_s"] == 0.6 and w["tts"]["made_s_per_s"] == 1.3
+    assert w["tts"]["counted_s_per_s"] == round(budget.stage_need(
+        topo, "tts", budgets["tts"], 0.4, budgets["asr"]), 3)
+    assert work(collected, [], topo, budgets) == {}   # no speech: nothing per second
+    md = br.markdown({**sample_report(), "work": w})
+    assert "## Work per second of speech (counted live; commits: agreement)" in md
+    assert "decodes 1.5, decoded_s 2.25, fallback_share 0.1" in md

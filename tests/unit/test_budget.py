@@ -114,8 +114,14 @@ def test_other_work_is_measured_apart_from_the_pipeline():
 
 # -- a GPU engine's time, and memory before anything loads ---------------------------------
 
+def _no_early_commits(topo):
+    raw = copy.deepcopy(topo.raw)
+    raw["actors"]["segmenter"]["commit_prefixes"] = False   # one pass: no drafts decoded
+    return parse(raw)
+
+
 def test_gpu_engines_add_their_wall_time_on_the_hosts_gpu():
-    topo = _topo()
+    topo = _no_early_commits(_topo())
     cpu = {"asr": {"cpu": 0.1, "cores": 8.0}, "mt": {"cpu": 0.05, "cores": 8.0},
            "tts": {"cpu": 0.1, "cores": 8.0}}
     # asr 0.2 s per s on the GPU, tts 0.5 s per s of its own speech x 1.2 = 0.6: 0.8 <= 0.9
@@ -123,7 +129,8 @@ def test_gpu_engines_add_their_wall_time_on_the_hosts_gpu():
             "tts": {**cpu["tts"], "gpu": 0.5, "expansion": 1.2}}
     ok, lines = budget.verdict(topo, fine)
     assert ok and lines[1] == ("GPU on local: continuous speech needs asr 0.20 + tts 0.60 = "
-                               "0.80 s per s of speech: keeps up")
+                               "0.80 s per s of speech (drafts, fallbacks and a prefill per "
+                               "translation counted; commits: none): keeps up")
     slow = {**fine, "tts": {**fine["tts"], "gpu": 1.5}}          # 0.2 + 1.8 = 2.0
     ok, lines = budget.verdict(topo, slow)
     assert not ok and lines[0].endswith("keeps up")              # the cores are fine
@@ -135,6 +142,39 @@ def test_gpu_engines_add_their_wall_time_on_the_hosts_gpu():
     assert not ok and "tts (voxcpm2) is the heaviest: settings.inference_timesteps = 6" in \
         lines[1] and "voxcpm2-mlx-4bit" in lines[1] and "deploy/two-macs.toml" in lines[1]
     assert budget.verdict(topo, cpu)[1][1:] == []               # no GPU engine: no GPU line
+
+
+def test_the_gpu_line_counts_drafts_fallbacks_and_a_prefill_per_translation():
+    """Issue 38: one pass over the sample is not what a GPU does for continuous speech. asr
+    decodes drafts (every second with an engine that times words, at pauses otherwise) and
+    falls back to the full window now and then; tts makes each translation apart, a prefill
+    each (VoxCPM2 says its prefill). A host that one pass says keeps up may not."""
+    cpu = {"asr": {"cpu": 0.1, "cores": 8.0}, "mt": {"cpu": 0.05, "cores": 8.0},
+           "tts": {"cpu": 0.1, "cores": 8.0}}
+    # one pass: asr 0.35 + tts 0.4 x 1.3 = 0.87, under 0.9
+    have = {**cpu, "asr": {**cpu["asr"], "gpu": 0.35, "rtf": 0.35},
+            "tts": {**cpu["tts"], "gpu": 0.4, "rtf": 0.4, "expansion": 1.3,
+                    "prefill_s": 0.3, "gen_rate": 0.4, "stretches": 1.0}}
+    none = _no_early_commits(_topo())
+    assert budget.verdict(none, have)[1][1].endswith(": keeps up")
+    assert "asr 0.35 + tts 0.52 = 0.87" in budget.verdict(none, have)[1][1]
+
+    topo = _topo()   # the default: drafts at pauses, and by agreement where asr can
+    assert budget.commit_mode(topo, have["asr"]) == "pauses"
+    timed = {**have, "asr": {**have["asr"], "timed": 1.0}}
+    assert budget.commit_mode(topo, timed["asr"]) == "agreement"
+    for mode, budgets in (("pauses", have), ("agreement", timed)):
+        asr = 0.35 * budget.ASR_WORK[mode]
+        tts = 0.52 + 0.3 * (budget.TRANSLATIONS_PER_S[mode] - 1 / budget.SPOKEN_SOURCE_S)
+        assert asr >= 0.35 * 1.15 and tts > 0.52
+        ok, lines = budget.verdict(topo, budgets)
+        assert f"asr {asr:.2f} + tts {tts:.2f} = {asr + tts:.2f}" in lines[1], lines[1]
+        assert f"commits: {mode}" in lines[1]
+        assert not ok and "does NOT keep up" in lines[1]
+    # the stage's own figure, as the bench sets the live count beside it
+    assert budget.stage_need(topo, "asr", timed["asr"], 0.35) == \
+        pytest.approx(0.35 * budget.ASR_WORK["agreement"])
+    assert budget.stage_need(topo, "mt", have["mt"], 0.1) == 0.1
 
 
 def test_memory_verdict_fits_warns_or_refuses_with_what_to_do():

@@ -428,6 +428,9 @@ def test_the_budget_is_measured_with_a_speaker_reference_as_it_will_run(tiny, ba
     measured = budget.warm_tts(e, "pt", voice)
     assert e.encoded == 1 and measured["rtf"] > 0   # the reference was used, encoded once
     assert measured["stretches"] == 1.0   # it speaks faster only by stretching: no credit
+    # what each piece costs, as its pace learnt it: the GPU line adds a prefill for each
+    # translation made apart (budget.stage_need)
+    assert measured["prefill_s"] == round(e.pace.prefill_s, 3) and measured["gen_rate"] > 0
     assert warmup_voice(_engine(tiny, backend, voice="default")) is None
 
 

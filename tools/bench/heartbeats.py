@@ -115,3 +115,41 @@ def speculation(collected: BenchCollector, rows: list[dict], duration_s: float) 
                                  if minutes else None),
         }
     return out
+
+
+def work(collected: BenchCollector, rows: list[dict], topology: Topology,
+         budgets: dict[str, dict[str, float]]) -> dict:
+    """What asr and tts worked per second of the source's speech, counted live.
+
+    Beside it, what the budget's GPU line counts for it (`budget.stage_need`) from the
+    warm-up's one pass. asr: every decode (finals, drafts, full-window fallbacks); tts:
+    every piece made. asr's `engine_s_per_s` over `one_pass_s_per_s` is what
+    `budget.ASR_WORK` stands for.
+    """
+    speech_s = sum(r.get("speech_s") or 0.0 for r in rows)
+    if speech_s <= 0:
+        return {}
+    out: dict = {"speech_s": round(speech_s, 2),
+                 "commits": cpu_budget.commit_mode(topology, budgets.get("asr") or {})}
+    asr, tts = counters(collected, "asr"), counters(collected, "tts")
+    if asr.get("decodes"):
+        one = (budgets.get("asr") or {}).get("rtf")
+        out["asr"] = {
+            "decodes_per_s": round(asr["decodes"] / speech_s, 3),
+            "decoded_s_per_s": round(asr.get("decoded_ms", 0) / 1000 / speech_s, 3),
+            "fallback_share": round(asr.get("fallbacks", 0) / asr["decodes"], 3),
+            "engine_s_per_s": round(asr.get("engine_ms", 0) / 1000 / speech_s, 3),
+            "one_pass_s_per_s": one,
+            "counted_s_per_s": None if one is None else round(cpu_budget.stage_need(
+                topology, "asr", budgets["asr"], one), 3)}
+    if tts.get("pieces"):
+        measured = budgets.get("tts") or {}
+        one = measured.get("rtf")
+        out["tts"] = {
+            "translations_per_s": round(len(rows) / speech_s, 3),
+            "pieces_per_s": round(tts["pieces"] / speech_s, 3),
+            "made_s_per_s": round(tts.get("made_ms", 0) / 1000 / speech_s, 3),
+            "engine_s_per_s": round(tts.get("engine_ms", 0) / 1000 / speech_s, 3),
+            "counted_s_per_s": None if one is None else round(cpu_budget.stage_need(
+                topology, "tts", measured, one, budgets.get("asr") or {}), 3)}
+    return out

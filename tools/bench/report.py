@@ -249,6 +249,20 @@ def markdown(report: dict) -> str:
                        [[a, get(b, "cpu"), get(b, "rtf"), get(b, "first_s")]
                         for a, b in as_dict(budget.get("engines")).items()])
         lines += [f"- {line}" for line in budget.get("verdict") or []]
+    work = report.get("work")
+    if isinstance(work, dict) and work:
+        lines += ["", "## Work per second of speech (counted live; commits: "
+                      f"{work.get('commits')})", ""]
+        rows = []
+        for stage, keys in (("asr", ("decodes_per_s", "decoded_s_per_s", "fallback_share")),
+                            ("tts", ("translations_per_s", "pieces_per_s", "made_s_per_s"))):
+            w = as_dict(work.get(stage))
+            if w:
+                rows.append([stage, get(w, "engine_s_per_s"), get(w, "counted_s_per_s"),
+                             ", ".join(f"{k.removesuffix('_per_s')} {get(w, k)}"
+                                       for k in keys)])
+        lines += table(["stage", "wall s per s (live)", "as the budget counts it", "counts"],
+                       rows)
 
     lf = report.get("longform")
     if isinstance(lf, dict):

@@ -76,6 +76,7 @@ def analyse(collected: BenchCollector, placed: list[Placed], duration_s: float,
         "speculation": heartbeats.speculation(collected, rows, duration_s),
         "asr_word_lag": _word_lag(collected, floor_rows, None if fast else t0_ns),
         "budget": budget,
+        "work": heartbeats.work(collected, rows, topology, budget["engines"]),
         "soak": _soak(collected, rows, t0_ns, soak_minutes) if soak_minutes and t0_ns else None,
     }
     report["targets"] = _targets(report)

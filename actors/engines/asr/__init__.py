@@ -54,6 +54,11 @@ class AsrEngine(Resources, abc.ABC):
         """
         return None
 
+    @classmethod
+    def times_words(cls) -> bool:
+        """Whether it times words as it goes (`timed`): asr then commits by agreement."""
+        return cls.timed is not AsrEngine.timed
+
     def timed(self, pcm: np.ndarray, lang: str,
               prefix: str = "") -> list[tuple[str, float, float]] | None:
         """(word, start s, end s) of speech that may still be going on, on the live path.

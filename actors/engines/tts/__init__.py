@@ -17,7 +17,8 @@ import logging
 import math
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -314,6 +315,27 @@ class Spoken:
     piece: int                # the piece's index in the plan
     pcm: np.ndarray           # float32 mono in [-1, 1] at the engine's sample_rate
     ends: bool = True         # the piece's last part (engines that stream within a piece)
+
+
+class Timed(Iterator):
+    """An iterator that counts the seconds spent making its items, and the items.
+
+    Not the time its consumer spends between them: a draft's rest waits for its final.
+    """
+
+    def __init__(self, items: Iterable) -> None:
+        self.items = iter(items)
+        self.spent_s = 0.0
+        self.count = 0
+
+    def __next__(self):
+        start = time.monotonic()
+        try:
+            item = next(self.items)
+        finally:
+            self.spent_s += time.monotonic() - start
+        self.count += 1
+        return item
 
 
 def word_spans(pieces: list[str], first: int = 0) -> list[tuple[int, int]]:

@@ -37,7 +37,6 @@ import math
 import os
 import platform
 import sys
-import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +51,7 @@ from voxweft.actors.engines.tts import (
     Pace,
     Reference,
     Spoken,
+    Timed,
     TtsEngine,
     growing_chunks,
     log,
@@ -413,7 +413,7 @@ class VoxCpm2Engine(TtsEngine):
         if self.settings.seed is not None:
             self._seed(self.settings.seed)
         for n, clause in enumerate(self.plan(text, eager)):
-            made = _Timed(self._torch_clause(clause, ref) if self.backend == "torch"
+            made = Timed(self._torch_clause(clause, ref) if self.backend == "torch"
                           else self._mlx_clause(clause, ref))
             chunks: Iterator[np.ndarray] = made
             if speed != 1.0:
@@ -486,27 +486,6 @@ def _vae_in_weights(folder: Path) -> bool:
             if any(key.startswith("audio_vae.") for key in weights.keys()):
                 return True
     return False
-
-
-class _Timed:
-    """An iterator that counts the seconds spent making its items.
-
-    Not those its consumer spends between them: a draft's rest waits for its final.
-    """
-
-    def __init__(self, items: Iterator[np.ndarray]) -> None:
-        self.items = items
-        self.spent_s = 0.0
-
-    def __iter__(self) -> _Timed:
-        return self
-
-    def __next__(self) -> np.ndarray:
-        start = time.monotonic()
-        try:
-            return next(self.items)
-        finally:
-            self.spent_s += time.monotonic() - start
 
 
 class _Encoded:
