@@ -218,6 +218,12 @@ def measure_here(stage: str, engine: str, settings: dict, src: str, tgt: str) ->
     mx = sys.modules.get("mlx.core")
     if mx is not None and hasattr(mx, "get_peak_memory"):
         result["mlx_peak_mb"] = round(mx.get_peak_memory() / 1e6)
+        # What stays after warm-up: arrays in use (weights, compiled traces' constants) and
+        # the cache of freed buffers (bounded by cache_limit_mb).
+        result["mlx_active_mb"] = round(mx.get_active_memory() / 1e6)
+        result["mlx_cache_mb"] = round(mx.get_cache_memory() / 1e6)
+    if getattr(built, "compiled", False):
+        result["compiled"] = True
     return result
 
 
@@ -252,6 +258,10 @@ def _measured(stage: str, config, src: str, tgt: str, cache: dict,
     say(f"voxweft doctor: measuring {stage} {name} (loads the model) ...")
     t0 = time.monotonic()
     cache[key] = measure_engine(stage, config.engine, settings, src, tgt)
+    if cache[key].get("compiled"):   # what compiling saves, and what it keeps: measured off
+        say(f"voxweft doctor: measuring {stage} {name} again with compile = false ...")
+        cache[key]["compile_off"] = measure_engine(stage, config.engine,
+                                                   {**settings, "compile": False}, src, tgt)
     say(f"voxweft doctor: {stage} {name}: {time.monotonic() - t0:.1f} s")
     return {"engine": name, **cache[key], "cached": False}
 
@@ -389,9 +399,21 @@ def _budget_line(stage: str, r: dict) -> str:
     b = r["budget"]
     gpu = f", gpu {b['gpu']:.2f} s/s" if "gpu" in b else ""
     mlx = f", MLX peak {_gb(r['mlx_peak_mb'])}" if "mlx_peak_mb" in r else ""
-    return (f"{stage} {r['engine']}: load {r['load_s']:.1f} s, cpu {b['cpu']:.2f} s/s, "
+    line = (f"{stage} {r['engine']}: load {r['load_s']:.1f} s, cpu {b['cpu']:.2f} s/s, "
             f"rtf {b['rtf']:.2f}{gpu}, first {b['first_s']:.2f} s; memory peak "
             f"{_gb(r['peak_mb'])}{mlx} (estimate {_gb(r['estimate_mb'])})")
+    off = r.get("compile_off")
+    if isinstance(off, dict):
+        if "error" in off:
+            return f"{line}; compile off: cannot measure: {off['error']}"
+        line += (f"; compiled: rtf {b['rtf']:.2f}, MLX held {_mb(r)} after warm-up; "
+                 f"compile off: rtf {off['budget']['rtf']:.2f}, MLX held {_mb(off)}")
+    return line
+
+
+def _mb(r: dict) -> str:
+    """MLX memory held after warm-up: arrays in use + the cache of freed buffers."""
+    return f"{r.get('mlx_active_mb', 0)} + {r.get('mlx_cache_mb', 0)} MB cached"
 
 
 def topology_lines(t: dict) -> list[str]:

@@ -220,3 +220,29 @@ def test_measure_writes_one_file_to_send(tmp_path, monkeypatch, capsys):
     (topology,) = report["topologies"]
     measured = topology["hosts"][0]["measured"]
     assert set(measured) == {"asr", "mt", "tts"} and measured["asr"]["budget"]["rtf"] > 0
+
+
+def test_measure_times_a_compiled_engine_with_compile_on_and_off(tmp_path):
+    """Issue 38: VoxCPM2 on MLX compiles its DiT estimator; `doctor --measure` times it both
+    ways, each in a process of its own, and says what MLX holds after warm-up each way."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlx_audio") is None:
+        pytest.skip("mlx_audio is not installed")
+    from tests.unit.tiny_voxcpm2 import build_tiny_voxcpm2
+    from voxweft.deploy.topology import load
+
+    tiny = build_tiny_voxcpm2(tmp_path / "tiny")
+    path = _topology(tmp_path, "mlx.toml", tts={"engine": "voxcpm2", "settings": {
+        "backend": "mlx", "model": str(tiny), "inference_timesteps": 2, "voice": "default"}})
+    said: list[str] = []
+    r = doctor._measured("tts", load(path).actors["tts"], "en", "pt", {}, said.append)
+    assert r["compiled"] is True and r["budget"]["rtf"] > 0
+    off = r["compile_off"]
+    assert "compiled" not in off and off["budget"]["rtf"] > 0
+    for result in (r, off):
+        assert result["mlx_active_mb"] >= 0 and result["mlx_cache_mb"] >= 0
+    assert any("again with compile = false" in line for line in said)
+    line = doctor._budget_line("tts", r)
+    assert f"compiled: rtf {r['budget']['rtf']:.2f}, MLX held " in line
+    assert f"compile off: rtf {off['budget']['rtf']:.2f}, MLX held " in line
