@@ -61,11 +61,13 @@ HEADROOM = 0.9
 #: (an engine with word times, `timed`); "pauses": drafts at pauses only (an engine
 #: without, e.g. mlx-whisper); "none": no drafts. Until measured with the live counters:
 #: "pauses" from asr's CPU seconds on continuous speech with and without drafts (20.5-23.5
-#: against 15.3, docs/performance.md); "agreement" and TRANSLATIONS_PER_S estimated.
+#: against 15.3, docs/performance.md); "agreement" and SYNTHESES_PER_S estimated.
 ASR_WORK = {"agreement": 2.0, "pauses": 1.4, "none": 1.0}
-#: Translations tts gets per second of continuous source speech, by commit mode: each is
-#: planned and made apart (a first piece of its own, a prefill each); bench-measured too.
-TRANSLATIONS_PER_S = {"agreement": 0.6, "pauses": 0.35, "none": 0.3}
+#: Syntheses tts starts per second of continuous source speech, by commit mode: one per
+#: translation (each piece of a sentence committed early is one) and one per draft made
+#: ahead at a pause (wasted when the speaker goes on). Each is planned and made apart: a
+#: first piece of its own, a prefill each. Bench-measured too (the `work` section).
+SYNTHESES_PER_S = {"agreement": 0.6, "pauses": 0.35, "none": 0.3}
 #: What to change when a stage is the heaviest and the host does not keep up.
 ADVICE = {
     "asr": 'threads = 1 (a third less CPU at the same speed here) or settings.model = '
@@ -317,8 +319,8 @@ def stage_need(topology, stage: str, measured: dict[str, float], one_pass: float
 
     `one_pass`: what one pass costs per second (its own speech's for tts), measured at
     warm-up. asr: times `ASR_WORK` (drafts and fallbacks decoded beside the finals). tts:
-    per second of the speaker's speech (its expansion), plus a prefill for each translation
-    more than the warm-up sentence was (`TRANSLATIONS_PER_S`), for an engine that knows
+    per second of the speaker's speech (its expansion), plus a prefill for each synthesis
+    more than the warm-up sentence was (`SYNTHESES_PER_S`), for an engine that knows
     its prefill. Other stages: one pass.
     """
     mode = commit_mode(topology, asr_budget if asr_budget is not None else measured)
@@ -326,7 +328,7 @@ def stage_need(topology, stage: str, measured: dict[str, float], one_pass: float
         return one_pass * ASR_WORK[mode]
     if stage != "tts":
         return one_pass
-    more = max(0.0, TRANSLATIONS_PER_S[mode] - 1 / SPOKEN_SOURCE_S)
+    more = max(0.0, SYNTHESES_PER_S[mode] - 1 / SPOKEN_SOURCE_S)
     return one_pass * measured.get("expansion", 1.0) + more * measured.get("prefill_s", 0.0)
 
 
@@ -346,7 +348,7 @@ def _gpu_verdict(topology, host: str, have: dict[str, dict[str, float]],
     faster = total - need.get("tts", 0.0) * (1 - 1 / max_speed)
     parts = " + ".join(f"{a} {v:.2f}" for a, v in need.items())
     head = (f"GPU on {host}: continuous speech needs {parts} = {total:.2f} s per s of speech "
-            f"(drafts, fallbacks and a prefill per translation counted; commits: "
+            f"(drafts, fallbacks and a prefill per synthesis counted; commits: "
             f"{commit_mode(topology, asr_budget)})")
     if total <= HEADROOM:
         return True, f"{head}: keeps up"

@@ -193,10 +193,12 @@ class TtsActor(EngineActor):
     def _counted(self, spoken: Iterator[Spoken], rate: int) -> Iterator[Spoken]:
         """`spoken`, its making counted (what the budget's GPU line is checked against).
 
-        `engine_ms`: time spent making it (not waiting between chunks); `pieces`: pieces of
-        a plan made (a model call each); `made_ms`: speech made.
+        `syntheses`: started (drafts made ahead included); `engine_ms`: time spent making
+        it (not waiting between chunks); `pieces`: pieces of a plan made (a model call
+        each); `made_ms`: speech made.
         """
         timed, piece = Timed(spoken), None
+        self.counters["syntheses"] += 1
         for item in timed:
             self.engine_s += timed.spent_s
             timed.spent_s = 0.0

@@ -384,7 +384,8 @@ def test_the_work_per_second_of_speech_is_counted_live_beside_the_budgets_figure
     collected.statuses = {
         "asr": [Status(src="asr", state="ready", counters={"decodes": 30, "decoded_ms": 45_000,
                                                            "engine_ms": 9_000, "fallbacks": 3})],
-        "tts": [Status(src="tts", state="ready", counters={"pieces": 24, "made_ms": 26_000,
+        "tts": [Status(src="tts", state="ready", counters={"syntheses": 5, "pieces": 24,
+                                                           "made_ms": 26_000,
                                                            "engine_ms": 12_000})]}
     rows = [{"speech_s": 5.0}, {"speech_s": 7.0}, {"speech_s": 8.0}]   # 20 s of speech
     budgets = {"asr": {"rtf": 0.2, "timed": 1.0},
@@ -394,7 +395,7 @@ def test_the_work_per_second_of_speech_is_counted_live_beside_the_budgets_figure
     assert w["asr"] == {"decodes_per_s": 1.5, "decoded_s_per_s": 2.25, "fallback_share": 0.1,
                         "engine_s_per_s": 0.45, "one_pass_s_per_s": 0.2,
                         "counted_s_per_s": round(0.2 * budget.ASR_WORK["agreement"], 3)}
-    assert w["tts"]["translations_per_s"] == 0.15 and w["tts"]["pieces_per_s"] == 1.2
+    assert w["tts"]["syntheses_per_s"] == 0.25 and w["tts"]["pieces_per_s"] == 1.2
     assert w["tts"]["engine_s_per_s"] == 0.6 and w["tts"]["made_s_per_s"] == 1.3
     assert w["tts"]["counted_s_per_s"] == round(budget.stage_need(
         topo, "tts", budgets["tts"], 0.4, budgets["asr"]), 3)

@@ -130,7 +130,7 @@ def test_gpu_engines_add_their_wall_time_on_the_hosts_gpu():
     ok, lines = budget.verdict(topo, fine)
     assert ok and lines[1] == ("GPU on local: continuous speech needs asr 0.20 + tts 0.60 = "
                                "0.80 s per s of speech (drafts, fallbacks and a prefill per "
-                               "translation counted; commits: none): keeps up")
+                               "synthesis counted; commits: none): keeps up")
     slow = {**fine, "tts": {**fine["tts"], "gpu": 1.5}}          # 0.2 + 1.8 = 2.0
     ok, lines = budget.verdict(topo, slow)
     assert not ok and lines[0].endswith("keeps up")              # the cores are fine
@@ -165,7 +165,7 @@ def test_the_gpu_line_counts_drafts_fallbacks_and_a_prefill_per_translation():
     assert budget.commit_mode(topo, timed["asr"]) == "agreement"
     for mode, budgets in (("pauses", have), ("agreement", timed)):
         asr = 0.35 * budget.ASR_WORK[mode]
-        tts = 0.52 + 0.3 * (budget.TRANSLATIONS_PER_S[mode] - 1 / budget.SPOKEN_SOURCE_S)
+        tts = 0.52 + 0.3 * (budget.SYNTHESES_PER_S[mode] - 1 / budget.SPOKEN_SOURCE_S)
         assert asr >= 0.35 * 1.15 and tts > 0.52
         ok, lines = budget.verdict(topo, budgets)
         assert f"asr {asr:.2f} + tts {tts:.2f} = {asr + tts:.2f}" in lines[1], lines[1]

@@ -143,7 +143,7 @@ def test_tts_says_the_words_of_each_chunk_and_goes_on_where_the_player_is():
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
     assert spans[-1][1] == len(words) == whole[-1].word and len(spans) >= 2
     # What it made, counted (the budget's GPU line is checked against it, issue 38).
-    assert actor.counters["pieces"] == len(spans)
+    assert actor.counters["pieces"] == len(spans) and actor.counters["syntheses"] == 1
     made = sum(len(c.pcm) for c in whole) / whole[0].sample_rate
     assert actor.counters["made_ms"] == round(made * 1000)
     assert 0 < actor.counters["engine_ms"] == round(actor.engine_s * 1000)

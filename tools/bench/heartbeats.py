@@ -146,7 +146,7 @@ def work(collected: BenchCollector, rows: list[dict], topology: Topology,
         measured = budgets.get("tts") or {}
         one = measured.get("rtf")
         out["tts"] = {
-            "translations_per_s": round(len(rows) / speech_s, 3),
+            "syntheses_per_s": round(tts.get("syntheses", 0) / speech_s, 3),
             "pieces_per_s": round(tts["pieces"] / speech_s, 3),
             "made_s_per_s": round(tts.get("made_ms", 0) / 1000 / speech_s, 3),
             "engine_s_per_s": round(tts.get("engine_ms", 0) / 1000 / speech_s, 3),

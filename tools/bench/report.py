@@ -255,7 +255,7 @@ def markdown(report: dict) -> str:
                       f"{work.get('commits')})", ""]
         rows = []
         for stage, keys in (("asr", ("decodes_per_s", "decoded_s_per_s", "fallback_share")),
-                            ("tts", ("translations_per_s", "pieces_per_s", "made_s_per_s"))):
+                            ("tts", ("syntheses_per_s", "pieces_per_s", "made_s_per_s"))):
             w = as_dict(work.get(stage))
             if w:
                 rows.append([stage, get(w, "engine_s_per_s"), get(w, "counted_s_per_s"),
