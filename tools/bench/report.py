@@ -212,8 +212,9 @@ def markdown(report: dict) -> str:
                   f"{fmt(lag.get('p95_s'), 2)} s",
                   f"- slope {'-' if slope is None else f'{slope:+.3f}'} ± "
                   f"{fmt(lag.get('slope_ci95_s_per_min'))} s per minute ({trend})",
-                  f"- degradation steps taken: {steps}; not spoken "
-                  f"{fmt(lag.get('not_spoken'))} of {fmt(lag.get('utterances'))} utterances"]
+                  f"- degradation steps taken: {steps}; skipped by the bound "
+                  f"{fmt(lag.get('not_spoken'))} of {fmt(lag.get('utterances'))} utterances "
+                  "(the headline's \"not spoken\" also counts what had nothing to say)"]
 
     spec = report.get("speculation")
     if isinstance(spec, dict) and spec.get("stages"):
