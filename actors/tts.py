@@ -199,18 +199,22 @@ class TtsActor(EngineActor):
         """
         timed, piece = Timed(spoken), None
         self.counters["syntheses"] += 1
-        for item in timed:
+        try:
+            for item in timed:
+                self.engine_s += timed.spent_s
+                timed.spent_s = 0.0
+                if item.piece != piece:
+                    self.counters["pieces"] += 1
+                    piece = item.piece
+                self.made_s += len(item.pcm) / rate
+                self.counters["engine_ms"] = round(self.engine_s * 1000)
+                self.counters["made_ms"] = round(self.made_s * 1000)
+                yield item
+        finally:   # a draft dropped closes this: the engine's generator is closed with it
             self.engine_s += timed.spent_s
-            timed.spent_s = 0.0
-            if item.piece != piece:
-                self.counters["pieces"] += 1
-                piece = item.piece
-            self.made_s += len(item.pcm) / rate
             self.counters["engine_ms"] = round(self.engine_s * 1000)
-            self.counters["made_ms"] = round(self.made_s * 1000)
-            yield item
-        self.engine_s += timed.spent_s
-        self.counters["engine_ms"] = round(self.engine_s * 1000)
+            if hasattr(spoken, "close"):
+                spoken.close()
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Speak one translation, faster (or not at all) when the listener is behind.

@@ -205,3 +205,26 @@ def test_chunks_that_do_not_say_their_words_are_never_taken_for_words_had(tmp_pa
     p.close()
     (done,) = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
     assert done.duration_s >= 3 * PIECE_S - 0.01 and p.counters["words_had"] == 0
+
+
+def test_a_synthesis_dropped_early_is_counted_and_its_engine_generator_closed():
+    """A draft dropped (the speaker went on) closes what tts counts; the engine's own
+    generator must close with it (VoxCPM2's MLX generation ends in its `finally`)."""
+    from voxweft.actors.engines.tts import Spoken
+
+    actor = _tts()
+    closed = []
+
+    def speak():
+        try:
+            yield Spoken(0, np.zeros(2400, np.float32))
+            yield Spoken(1, np.zeros(2400, np.float32))
+        finally:
+            closed.append(True)
+
+    made = actor._counted(speak(), 24000)
+    next(made)
+    made.close()
+    assert closed == [True]
+    assert (actor.counters["syntheses"], actor.counters["pieces"],
+            actor.counters["made_ms"]) == (1, 1, 100)
