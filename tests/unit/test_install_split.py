@@ -81,7 +81,7 @@ def test_the_test_command_installs_what_the_tests_need_once_and_says_so(repo):
     assert "test: installing what the tests need (once" in result.stdout
     installs = [c for c in calls if c.startswith("apt-get install")]
     assert len(installs) == 1 and set(TEST_ONLY) <= set(installs[0].split())
-    assert 'python -m pip install -q -e .[test]' in calls
+    assert 'python -m pip install -q --no-warn-conflicts -e .[test]' in calls
     assert calls[-1] == "python -m pytest -m not slow"   # then the tests, as they were asked
     assert "ruff check actors protocol deploy tools tests" in calls
 
@@ -94,7 +94,7 @@ def test_the_test_command_installs_what_the_tests_need_once_and_says_so(repo):
     pyproject.write_text(pyproject.read_text() + "\n# changed\n")
     third, calls = _test_sh(repo)
     assert "installing what the tests need" in third.stdout
-    assert 'python -m pip install -q -e .[test]' in calls
+    assert 'python -m pip install -q --no-warn-conflicts -e .[test]' in calls
 
 
 def test_not_root_the_system_packages_go_through_sudo(repo):
