@@ -54,20 +54,22 @@ OTHERS_CORES = 0.1
 HEADROOM = 0.9
 #: What a stage decodes or makes per second of continuous speech beyond one pass over it,
 #: by how the segmenter commits words early (`Topology.commits`): a GPU is busy for all of
-#: it. asr: its wall time counted live (finals, drafts at pauses and every
-#: `agree_every_ms`, full-window fallbacks: `decodes`, `engine_ms`) over what one pass of
-#: the same speech costs (warm-up `rtf`); measured by `voxweft bench --continuous` (the
-#: `work` section) here, see docs/performance.md. "agreement": drafts every second decoded
-#: (an engine with word times, `timed`); "pauses": drafts at pauses only (an engine
-#: without, e.g. mlx-whisper); "none": no drafts. Until measured with the live counters:
-#: "pauses" from asr's CPU seconds on continuous speech with and without drafts (20.5-23.5
-#: against 15.3, docs/performance.md); "agreement" and SYNTHESES_PER_S estimated.
-ASR_WORK = {"agreement": 2.0, "pauses": 1.4, "none": 1.0}
+#: it. asr: its wall time counted live (finals; drafts at pauses and every
+#: `agree_every_ms`; full-window fallbacks: `decodes`, `engine_ms`) over what one pass of
+#: the same speech costs (warm-up `rtf`). "agreement": drafts every second decoded (an
+#: engine with word times, `timed`); "pauses": drafts at pauses only (an engine without,
+#: e.g. mlx-whisper); "none": finals only (a piece that joins the one before is decoded
+#: after it again). Measured by `voxweft bench --continuous 2` (its `work` section) with
+#: faster-whisper base on 2 cores: live 0.230, 0.099, 0.056 s per s against one pass 0.039,
+#: 0.039, 0.040; 1.49, 0.58, 0.30 decodes per s of speech, no fallback (docs/performance.md).
+#: Short decodes cost more per second of audio than one long pass (each has its window and
+#: its prompt), on a GPU likely more so: the Mac's bench says (docs/mac.md).
+ASR_WORK = {"agreement": 5.9, "pauses": 2.5, "none": 1.4}
 #: Syntheses tts starts per second of continuous source speech, by commit mode: one per
 #: translation (each piece of a sentence committed early is one) and one per draft made
 #: ahead at a pause (wasted when the speaker goes on). Each is planned and made apart: a
-#: first piece of its own, a prefill each. Bench-measured too (the `work` section).
-SYNTHESES_PER_S = {"agreement": 0.6, "pauses": 0.35, "none": 0.3}
+#: first piece of its own, a prefill each. Measured by the same bench runs: 0.60, 0.36, 0.30.
+SYNTHESES_PER_S = {"agreement": 0.60, "pauses": 0.36, "none": 0.30}
 #: What to change when a stage is the heaviest and the host does not keep up.
 ADVICE = {
     "asr": 'threads = 1 (a third less CPU at the same speed here) or settings.model = '

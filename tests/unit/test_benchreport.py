@@ -158,7 +158,8 @@ def test_markdown_full_report_has_key_figures():
                    "player late=2", "max 3", "## Lag behind the speaker",
                    "bound (max_lag_s): 6.0; lag (speech end -> first audio) max 5.81 s",
                    "slope -0.012 ± 0.270 s per minute (flat within noise)",
-                   "speedup 40, long_chunks 12, backlog_engine 0, skip 2; skipped by the bound 2 of 65",
+                   "speedup 40, long_chunks 12, backlog_engine 0, skip 2; skipped by the bound "
+                   "2 of 65",
                    "## CPU budget", "| asr | 0.061 | 0.036 | 0.430 |",
                    "- budget on local: ... keeps up",
                    "## Speculative endpointing", "drafts sent by the segmenter: 90, for 65",

@@ -124,12 +124,13 @@ def test_gpu_engines_add_their_wall_time_on_the_hosts_gpu():
     topo = _no_early_commits(_topo())
     cpu = {"asr": {"cpu": 0.1, "cores": 8.0}, "mt": {"cpu": 0.05, "cores": 8.0},
            "tts": {"cpu": 0.1, "cores": 8.0}}
-    # asr 0.2 s per s on the GPU, tts 0.5 s per s of its own speech x 1.2 = 0.6: 0.8 <= 0.9
+    # asr 0.2 s per s on the GPU (x 1.4: finals only, a joined piece decoded again), tts 0.5
+    # s per s of its own speech x 1.2 = 0.6: 0.88 <= 0.9
     fine = {**cpu, "asr": {**cpu["asr"], "gpu": 0.2},
             "tts": {**cpu["tts"], "gpu": 0.5, "expansion": 1.2}}
     ok, lines = budget.verdict(topo, fine)
-    assert ok and lines[1] == ("GPU on local: continuous speech needs asr 0.20 + tts 0.60 = "
-                               "0.80 s per s of speech (drafts, fallbacks and a prefill per "
+    assert ok and lines[1] == ("GPU on local: continuous speech needs asr 0.28 + tts 0.60 = "
+                               "0.88 s per s of speech (drafts, fallbacks and a prefill per "
                                "synthesis counted; commits: none): keeps up")
     slow = {**fine, "tts": {**fine["tts"], "gpu": 1.5}}          # 0.2 + 1.8 = 2.0
     ok, lines = budget.verdict(topo, slow)
@@ -155,19 +156,19 @@ def test_the_gpu_line_counts_drafts_fallbacks_and_a_prefill_per_translation():
     have = {**cpu, "asr": {**cpu["asr"], "gpu": 0.35, "rtf": 0.35},
             "tts": {**cpu["tts"], "gpu": 0.4, "rtf": 0.4, "expansion": 1.3,
                     "prefill_s": 0.3, "gen_rate": 0.4, "stretches": 1.0}}
-    none = _no_early_commits(_topo())
-    assert budget.verdict(none, have)[1][1].endswith(": keeps up")
-    assert "asr 0.35 + tts 0.52 = 0.87" in budget.verdict(none, have)[1][1]
-
+    assert 0.35 + 0.4 * 1.3 <= budget.HEADROOM   # what one pass alone would have said
     topo = _topo()   # the default: drafts at pauses, and by agreement where asr can
     assert budget.commit_mode(topo, have["asr"]) == "pauses"
     timed = {**have, "asr": {**have["asr"], "timed": 1.0}}
     assert budget.commit_mode(topo, timed["asr"]) == "agreement"
-    for mode, budgets in (("pauses", have), ("agreement", timed)):
+    none = _no_early_commits(topo)
+    assert budget.commit_mode(none, timed["asr"]) == "none"
+    for mode, t, budgets in (("none", none, have), ("pauses", topo, have),
+                             ("agreement", topo, timed)):
         asr = 0.35 * budget.ASR_WORK[mode]
         tts = 0.52 + 0.3 * (budget.SYNTHESES_PER_S[mode] - 1 / budget.SPOKEN_SOURCE_S)
-        assert asr >= 0.35 * 1.15 and tts > 0.52
-        ok, lines = budget.verdict(topo, budgets)
+        assert asr >= 0.35 * 1.15 and tts >= 0.52
+        ok, lines = budget.verdict(t, budgets)
         assert f"asr {asr:.2f} + tts {tts:.2f} = {asr + tts:.2f}" in lines[1], lines[1]
         assert f"commits: {mode}" in lines[1]
         assert not ok and "does NOT keep up" in lines[1]
