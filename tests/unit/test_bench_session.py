@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from voxweft.actors.settings.topology import Commits
 from voxweft.tools.bench.run import LEAD_S, BenchError, build_session, corpus_items
 from voxweft.tools.bench.utterances import _assign, _pipeline_s
 
@@ -361,7 +362,8 @@ def test_the_floor_compares_the_work_of_utterances_that_took_their_drafts():
         collected.add(PlaybackEvent(utt=utt, event="started", trace=played))
         floor["floor"][utt] = {"asr": 0.38, "mt": 0.03, "tts_first_chunk": 0.66, "total": 1.07}
     placed = [Placed(Item("a", None, None, None), 0.5, 40.5)]
-    topology = types.SimpleNamespace(max_lag_s=0, tgt_lang="pt")
+    topology = types.SimpleNamespace(max_lag_s=0, tgt_lang="pt",
+                                     commits=Commits(at_pauses=True, by_agreement=True))
     report = analyse(collected, placed, 41.0, floor, None, True, None, topology)
     rows = report["utterances"]
     assert [r["drafted"] for r in rows] == [["asr", "mt"]] * 3 + [["asr", "mt", "tts"]]
