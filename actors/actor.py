@@ -104,6 +104,13 @@ class Actor:
         """
         return {}
 
+    def echo_state(self) -> dict[str, float]:
+        """Capture cancelling echo: how it goes (Status.echo); {} for every other actor.
+
+        Called from the heartbeat thread: return a new dict.
+        """
+        return {}
+
     def duplicate(self, msg: Message) -> Iterable[Message]:
         """Called instead of handle() for an utterance-path input handled before."""
         return ()

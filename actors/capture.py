@@ -10,10 +10,19 @@ from collections.abc import Iterator
 import numpy as np
 
 from voxweft.actors.devices import Recovery, reopen
+from voxweft.actors.echo import EchoPath
+from voxweft.actors.engines.echo import canceller
 from voxweft.actors.runtime import Actor
 from voxweft.actors.settings.actors import ACTOR_NAMES
 from voxweft.actors.sources import FileSource, MicrophoneSource
-from voxweft.protocol.messages import BUS_RATE, AudioFrame, EndOfStream, Message, Status
+from voxweft.protocol.messages import (
+    BUS_RATE,
+    AudioFrame,
+    EndOfStream,
+    Message,
+    Played,
+    Status,
+)
 
 log = logging.getLogger("voxweft.capture")
 #: A microphone that sends exact zeros this long hears nothing: no input is that quiet (an
@@ -51,15 +60,19 @@ class CaptureActor(Actor):
         self.fed_from_ms = 0    # file: where we started feeding the segmenter we hear now
         self.zeros_s = 0.0      # microphone: seconds of exact zeros in a row
         self.silent = False     # ... for DIGITAL_SILENCE_S at least: it hears nothing
+        # microphone + echo_mode "cancel": the player's output taken out (actors.echo)
+        self.echo: EchoPath | None = None
+        self.cancels = config.source == "microphone" and topology.echo_handling == "cancel"
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """Whose heartbeats to hear.
 
         A file source: every actor's, to start when all are ready. A microphone: the
-        segmenter's, to know when it falls behind.
+        segmenter's, to know when it falls behind, and what the player plays when capture
+        cancels its echo.
         """
         if self.config.source != "file":
-            return [("segmenter", Status)]
+            return [("segmenter", Status)] + ([("player", Played)] if self.cancels else [])
         return [(a, Status) for a in ACTOR_NAMES if a != self.name]
 
     def engine_name(self) -> str:
@@ -76,6 +89,12 @@ class CaptureActor(Actor):
                                            self.counters, queue_ms=self.config.queue_ms)
             self.started_at = time.monotonic()
             self.stream = f"mic:{self.epoch:x}"   # live: every start is a new stream
+            if self.cancels:
+                engine = canceller(self.config.echo_engine, self.config.echo_filter_ms)
+                engine.load()
+                self.echo = EchoPath(engine, self.counters)
+                self.log.info("capture: cancelling the loudspeaker's echo (%s, %d ms filter)",
+                              engine.name, self.config.echo_filter_ms)
         self.log.info("capture: %s", self.source.describe())
 
     def _recover_microphone(self) -> None:
@@ -118,8 +137,16 @@ class CaptureActor(Actor):
             self.counters["digital_silence"] += 1
             self.log.error("capture: %s", DIGITAL_SILENCE)
 
+    def echo_state(self) -> dict[str, float]:
+        """How cancelling goes (actors.echo), while capture cancels."""
+        return self.echo.state() if self.echo is not None else {}
+
     def handle(self, msg: Message) -> Iterator[Message]:
-        """Remember the peers' status (the file source's start condition)."""
+        """Remember the peers' status (the file source's start condition); take the reference."""
+        if isinstance(msg, Played):
+            if self.echo is not None:
+                self.echo.played(msg.heard_ns, msg.pcm)
+            return iter(())
         if isinstance(msg, Status):
             self.statuses[msg.src] = msg
             if msg.src == "asr" and msg.stream == self.stream:
@@ -286,6 +313,8 @@ class CaptureActor(Actor):
             media_s = self.sent_samples / BUS_RATE
             if mic_ns is not None:
                 capture_ns = mic_ns
+                if self.echo is not None:
+                    pcm = self.echo.cancel(pcm, mic_ns)
             elif self.config.fast:
                 capture_ns = time.time_ns()
             else:

@@ -20,9 +20,11 @@ from voxweft.actors.devices import Recovery
 from voxweft.actors.runtime import Actor
 from voxweft.actors.sinks import DeviceSink, WavSink
 from voxweft.protocol.messages import (
+    BUS_RATE,
     Done,
     Message,
     PlaybackEvent,
+    Played,
     SpeechChunk,
     Status,
     now_ns,
@@ -116,6 +118,9 @@ class PlayerActor(Actor):
         self.holding: dict[str, tuple[float, set[str]]] = {}
         self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
         self.reported: dict[str, int] = {}   # what `progress` says (made by tick)
+        # What we play, for capture to cancel its echo (actors.echo): a device only.
+        self.reference = topology.echo_handling == "cancel" and config.sink == "device"
+        self.played: list[Played] = []
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """TTS's speech chunks; the heartbeats of tts and of the other holders.
@@ -337,6 +342,8 @@ class PlayerActor(Actor):
         self._advance()
         yield from self.acks
         self.acks.clear()
+        yield from self.played
+        self.played.clear()
         # A new dict each time: the heartbeat thread reads it (`progress`).
         said = {}
         for u in self.queue.values():
@@ -451,6 +458,10 @@ class PlayerActor(Actor):
                 u.underrun_s += late_s
                 self.counters["underruns_inside"] += 1
         start_ns = self.sink.write(pcm, cut=self.cut_next and len(pcm) > 0, end=end)
+        if self.reference and len(pcm) and not getattr(self.sink, "lost", ""):
+            # Ahead of being heard: capture has it before the microphone hears it.
+            self.played.append(Played(heard_ns=start_ns, pcm=soxr.resample(
+                pcm.astype(np.float32), self.sink.rate, BUS_RATE).astype(np.float32)))
         u.heard_until_ns = self.sink.busy_until_ns()
         if len(pcm):
             self.cut_next = False

@@ -157,7 +157,7 @@ class Runtime(Traffic):
                       echo_sent={p: e[0] for p, e in self.echo.items()},
                       echo_recv={p: e[1] for p, e in self.echo.items()},
                       clock_ms=self.clocks.offsets_ms(), unreachable=self.unreachable(),
-                      progress=self.actor.progress())
+                      progress=self.actor.progress(), echo=self.actor.echo_state())
 
     def unreachable(self) -> dict[str, float]:
         """Peers whose heartbeat we take and have not heard lately: seconds silent."""

@@ -60,7 +60,7 @@ class SegmenterActor(Actor):
         self.ids: dict[int, str] = {}   # segmenter index -> utterance id (never reused)
         self.next_id = 0
         # The echo gate only where an echo path exists: a microphone that can hear a speaker.
-        self.echo_gate = config.echo_mode == "gate" and topology.echo_path
+        self.echo_gate = topology.echo_handling == "gate"
         # Echo gate: utterance -> [wall ns its audio started to be heard, ns it ended or None].
         self.playback: dict[str, list] = {}
         self.player_epoch: int | None = None

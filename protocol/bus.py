@@ -82,6 +82,8 @@ ROUTES: tuple[Route, ...] = (
     Route(m.PlaybackEvent, ("player",), PUB, ("tts", "segmenter"),
           ("tap", "interpret", "watch", "captions", "bench"),
           "an utterance was queued, began or ended playing (or was skipped)"),
+    Route(m.Played, ("player",), PUB, ("capture",), ("tap",),
+          "what the loudspeaker is about to play, 16 kHz: capture's echo reference"),
     Route(m.Done, (ANY,), PUB, (ANY,), ("tap", "interpret", "bench"),
           "an utterance is finished (the player wrote it, or a stage dropped it): "
           "its holders may forget it"),

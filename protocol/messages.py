@@ -257,6 +257,18 @@ class PlaybackEvent(Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Played(PcmMessage):
+    """What the player is about to play, 16 kHz mono: the echo canceller's reference.
+
+    Published when written to the device, ahead of being heard; `heard_ns` is the wall time
+    its first sample leaves the loudspeaker (PortAudio's DAC time), on the player's host.
+    """
+
+    TYPE: ClassVar[str] = "played"
+    heard_ns: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Done(Message):
     """The player wrote an utterance whole to its sink, or skipped it (no speech).
 
@@ -309,6 +321,9 @@ class Status(Message):
     #: The player: of each utterance it has begun, how many of its words it has whole (a
     #: restarted tts speaks only the rest).
     progress: dict[str, int] = field(default_factory=dict)
+    #: Capture cancelling the loudspeaker's echo (actors.echo): converged (1/0), delay_ms,
+    #: removed_db (how much quieter the microphone got while it played), playing_s.
+    echo: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,7 +350,7 @@ class Supervision(Message):
 REGISTRY: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (AudioFrame, EndOfStream, VadEvent, Segment, Voice, Cut, Transcript,
-                Translation, SpeechChunk, PlaybackEvent, Done, Status, Supervision)
+                Translation, SpeechChunk, PlaybackEvent, Played, Done, Status, Supervision)
 }
 
 #: The utterance path. A sender keeps each of these until the player's Done for its

@@ -178,6 +178,10 @@ def _bench_command(sub) -> None:
     sp.add_argument("--room", action="store_true",
                     help="the corpus as a room makes it: noise, a second talker, no speech; "
                          "WER, intrusions, made-up lines and latency per condition")
+    sp.add_argument("--echo", action="store_true",
+                    help="the loudspeaker in the room, offline: continuous speech with the "
+                         "interpreter's voice coming back at several delays, reverberations "
+                         "and levels; WER, lines heard back, ERLE, convergence per echo engine")
     sp.add_argument("--terms", action="store_true",
                     help="the words that matter: sentences with names and terms (read by "
                          "piper), without and with the glossary the project carries; the "

@@ -54,6 +54,12 @@ def cmd_bench(args) -> int:
             corpus = Path(args.corpus or DEFAULT_CORPUS)
             options = {"pause_s": pause_s, "soak_minutes": soak, "bus_seconds": args.bus_seconds,
                        "bus_frames": args.bus_frames, "command": command}
+            if args.echo:   # offline: no pipeline, its own report
+                from voxweft.tools.bench.echo import bench_echo, markdown
+
+                print(markdown(bench_echo(base, out)))
+                print(f"voxweft bench: report in {out / 'echo.json'} (and echo.md)")
+                return 0
             if args.terms:
                 new = bench.bench_terms(base, out, args.src, args.tgt, args.fast, **options)
             elif args.room:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from voxweft.actors import budget
 from voxweft.actors.clock import offsets as clock_offsets
+from voxweft.actors.echo import describe as echo_words
 from voxweft.actors.engines import memory_check
 from voxweft.deploy import topology as topo_mod
 from voxweft.deploy.events import DOWN, describe, supervision
@@ -159,6 +160,8 @@ def cmd_status(args) -> int:
             detail = f"dropped {st.counters['dropped_ms'] / 1000:.1f} s of live audio " + detail
         elif st and st.counters.get("lag_skip"):   # the bounded lag's last resort
             detail = f"{st.counters['lag_skip']} translation(s) not spoken (too late) " + detail
+        if st and st.echo:   # capture cancelling the loudspeaker: learnt or not, how well
+            detail = echo_words(st.echo) + ("; " + detail if detail else "")
         if st and st.busy_s > 1:
             detail = f"busy {st.busy_s:.1f} s " + detail
         if st and st.unreachable:   # a cut link, a host or an actor down: whom, how long

@@ -91,9 +91,10 @@ case "$(uname -s)" in
     command -v brew >/dev/null || { echo "install Homebrew first (https://brew.sh)"; exit 1; }
     # What the Mac topologies (deploy/mac.toml; two Macs, the same engines: mlx-whisper,
     # CTranslate2 NLLB, VoxCPM2) and the rest need: espeak-ng for Kokoro (`voxweft demo`, the
-    # default topology); portaudio and libsndfile for sounddevice and soundfile. No apertium:
+    # default topology); portaudio and libsndfile for sounddevice and soundfile; speexdsp for
+    # capture's echo canceller. No apertium:
     # no Mac topology uses it; `brew install apertium` adds the rule-based MT if you want it.
-    brew install python@3.11 portaudio espeak-ng libsndfile
+    brew install python@3.11 portaudio espeak-ng libsndfile speexdsp
     PYTHON=${PYTHON:-python3.11}
     ;;
   Linux)
@@ -103,12 +104,13 @@ case "$(uname -s)" in
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     # What running needs, nothing more (tools/test.sh installs what the tests need):
     # espeak-ng: phonemes for Kokoro and the espeak engine; libportaudio2: sound devices;
-    # libsndfile1: audio files; apertium-*: rule-based MT en<->es, en<->ca, fr<->es;
+    # libsndfile1: audio files; libspeexdsp1: capture's echo canceller (docs/echo.md);
+    # apertium-*: rule-based MT en<->es, en<->ca, fr<->es;
     # libopenblas0-pthread: preloaded into an mlx-whisper asr (MLX's CPU build has only a
     # reference BLAS: ~5x slower).
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 libopenblas0-pthread \
+      python3 python3-venv python3-dev espeak-ng libportaudio2 libsndfile1 libspeexdsp1 libopenblas0-pthread \
       apertium apertium-eng-spa apertium-eng-cat apertium-fr-es >/dev/null
     PYTHON=${PYTHON:-python3}
     ;;

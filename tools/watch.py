@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from voxweft.actors.echo import describe as echo_words
 from voxweft.deploy.events import Board
 from voxweft.deploy.topology import Topology
 from voxweft.protocol import bus as wire
@@ -37,6 +38,7 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
     # Live audio dropped at capture (the pipeline fell behind), from its heartbeat.
     bus.listen([topology.pub_connect("capture")], [wire.topic(Status, "capture")])
     dropped_ms = None
+    echo_said = ""   # capture's echo state as last printed (said when it changes)
     # Translations not spoken because the listener was too far behind (actors.lag).
     bus.listen([topology.pub_connect("player")], [wire.topic(PlaybackEvent)])
     said: dict[str, str] = {}
@@ -58,6 +60,11 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                               f"live audio: the pipeline fell behind ({now / 1000:.1f} s in "
                               "all)", file=out, flush=True)
                     dropped_ms = now
+                    line = echo_words(msg.echo)
+                    converged = "cancelled" in line
+                    if line and converged != ("cancelled" in echo_said):
+                        print(f"voxweft: {line}", file=out, flush=True)
+                        echo_said = line
                 elif isinstance(msg, Supervision):
                     line = board.update(msg)
                     if line:

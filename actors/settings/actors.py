@@ -91,6 +91,11 @@ class CaptureConfig(ActorConfig):
     max_ahead_s: float = Between(1.0, 150.0, 30.0)
     # ... and no further reading while this many utterances are in flight (not yet done).
     max_outstanding: int = Between(1, 60, 8)
+    # Echo cancelling (segmenter's echo_mode = "cancel"; docs/echo.md): the engine, and how
+    # long an echo path its filter learns (the delay from loudspeaker to microphone and the
+    # room's reverberation after it).
+    echo_engine: Literal["speex", "webrtc"] = "speex"
+    echo_filter_ms: int = Between(64, 2000, 512)
 
     @model_validator(mode="after")
     def _file_has_path(self) -> CaptureConfig:
@@ -110,9 +115,13 @@ class SegmenterActorConfig(ActorConfig, VadKnobs):
     # waiting for the VAD (LocalAgreement); 0 = off, else at least 300 ms. (Continuous run:
     # per-word ASR lag 2.33 -> 2.11 s, LAAL_CA 4.98 -> 4.39 s, asr +0.07 CPU s per s.)
     agree_every_ms: int = Between(0, 10_000, 1000)
-    # Echo: "gate" ignores what the microphone hears while the player is playing (and for
-    # echo_tail_ms after, room reverberation and device latency); "off" for headphones.
-    echo_mode: Literal["gate", "off"] = "gate"
+    # Echo, where the microphone can hear the loudspeaker (Topology.echo_handling). "gate"
+    # stays the default until "cancel" removes enough live (docs/echo.md, "Not yet"):
+    # "cancel" takes what the player plays out of the microphone (capture, actors/echo.py:
+    # full duplex, the speaker heard while the translation plays); "gate" ignores what the
+    # microphone hears while the player is playing (and for echo_tail_ms after, room
+    # reverberation and device latency: half duplex); "off" for headphones.
+    echo_mode: Literal["cancel", "gate", "off"] = "gate"
     echo_tail_ms: int = Between(0, 5000, 300)
     # The speaker, not the room (actors/gate.py): speech more than speaker_gate_db under the
     # running level of the voice that holds the floor may be someone else's, a talker behind

@@ -267,6 +267,20 @@ class Topology:
                 and self.actors["player"].sink == "device")
 
     @property
+    def echo_handling(self) -> str:
+        """What is done about the echo: "cancel", "gate", "off", or "" (no echo path).
+
+        Cancelling needs capture and player on one host (one clock for the reference's and
+        the microphone's stamps); elsewhere "cancel" gates.
+        """
+        if not self.echo_path:
+            return ""
+        mode = self.actors["segmenter"].echo_mode
+        if mode == "cancel" and not self.same_host("capture", "player"):
+            return "gate"
+        return mode
+
+    @property
     def playout_buffer_s(self) -> float:
         """How long the player holds audio before it is heard (its jitter buffer)."""
         return self.actors["player"].jitter_ms / 1000

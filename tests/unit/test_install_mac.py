@@ -121,7 +121,7 @@ def test_supported_mac_goes_on_to_brew_without_preflight_only(tmp_path):
     result, calls = _run(tmp_path, version="14.5")
     assert result.returncode != 0
     assert calls.read_text().splitlines() == ["brew install python@3.11 portaudio espeak-ng "
-                                              "libsndfile"]
+                                              "libsndfile speexdsp"]
 
 
 def test_linux_preflight_only_installs_nothing(tmp_path):

@@ -38,6 +38,7 @@ from voxweft.protocol.messages import (
     Message,
     PcmMessage,
     PlaybackEvent,
+    Played,
     Segment,
     SpeechChunk,
     Status,
@@ -103,6 +104,7 @@ def _samples() -> list[Message]:
         PlaybackEvent(src="player", **ident, utt="u-0005", event="skipped",
                       reason="7.2 s behind the speaker", trace=TRACE),
         Done(src="player", **ident, utt="u-0002", complete=False),
+        Played(src="player", **ident, pcm=_f32(320), heard_ns=1_700_000_000_020_000_000),
         Status(src="asr", **ident, state="ready", detail="model loaded ✓", pid=4242,
                engine="faster-whisper", busy_s=0.5,
                counters={"recv": 10, "bad_header": 0, "dropped": -1},
@@ -110,6 +112,8 @@ def _samples() -> list[Message]:
                stream="file:0123abcd", media_ms=61_500,
                budget={"cpu": 0.21, "rtf": 0.12, "cores": 2.0}),
         Status(src="player"),
+        Status(src="capture", **ident, echo={"converged": 1.0, "delay_ms": 62.5,
+                                             "removed_db": 31.2, "playing_s": 12.0}),
         Supervision(src="supervisor.m2", **ident, actor="tts", host="m2", state="BACKOFF",
                     exit_status=75, expected=False, reason="tts: cannot start: out of memory",
                     since_ns=1_700_000_000_000_000_000),
@@ -159,7 +163,8 @@ def _assert_equal(a: Message, b: Message) -> None:
 def test_samples_cover_the_registry():
     assert {type(m) for m in SAMPLES} == set(REGISTRY.values())
     assert set(REGISTRY) == {"audio", "eos", "vad", "segment", "voice", "cut", "transcript",
-                             "translation", "speech", "playback", "done", "status", "supervision"}
+                             "translation", "speech", "playback", "played", "done", "status",
+                             "supervision"}
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: f"{m.TYPE}-{m.src}")

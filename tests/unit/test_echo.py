@@ -1,0 +1,167 @@
+"""Echo cancelling (actors.echo, actors.engines.echo) on recorded speech through a simulated room.
+
+The near end is a real reader, the far end (what the loudspeaker plays) another real reader;
+the room delays the far end and adds reverberation. Offline, so exact: what is left of the
+echo and of the speaker can be told apart because the speex canceller is linear.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from voxweft.actors.echo import LEAD_MS, EchoPath
+from voxweft.actors.engines.echo import BLOCK, canceller
+from voxweft.deploy.topology import load
+from voxweft.protocol.messages import BUS_RATE
+from voxweft.tools.bench import readers
+
+T0 = 1_800_000_000 * 10**9   # a wall time: the stamps are absolute
+
+
+def room_echo(far: np.ndarray, delay_ms: float, rt60_s: float, seed: int = 1) -> np.ndarray:
+    """`far` as a microphone hears it from a loudspeaker: delayed, with a reverberant tail."""
+    rng = np.random.default_rng(seed)
+    k = int(delay_ms * BUS_RATE / 1000)
+    n = k + int(rt60_s * BUS_RATE)
+    h = np.zeros(n, np.float32)
+    h[k] = 1.0
+    t = np.arange(n - k - 1) / BUS_RATE
+    h[k + 1:] = rng.standard_normal(n - k - 1) * np.exp(-t * 6.9 / rt60_s) * 0.08
+    return np.convolve(far, h)[:len(far)].astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def voices():
+    v = readers.voices([])
+    near = np.concatenate([readers.at(a, 0.05, 0) for _t, a in v["harvard-woman"][:1]])
+    far = np.concatenate([readers.at(a, 0.05, 0) for who in ("arctic-slt", "fox-man", "sphinx-man")
+                          for _t, a in v[who]] * 3)   # ~27 s of the loudspeaker
+    return near, far
+
+
+def erle_db(echo: np.ndarray, residual: np.ndarray) -> float:
+    loud = np.abs(echo) > 1e-3
+    return 10 * np.log10(np.mean(echo[loud] ** 2) / np.mean(residual[loud] ** 2))
+
+
+def run_path(near, far, delay_ms, skew_ms=0.0, frame=320, engine="speex"):
+    """The microphone (near + the room's echo of far) through EchoPath, 20 ms frames."""
+    n = len(far)
+    echo = room_echo(far, delay_ms, 0.4)
+    mic = echo.copy()
+    start = n * 2 // 3   # single talk first (~18 s), then the speaker over the loudspeaker
+    mic[start:start + len(near)] += near[:n - start]
+    counters = collections.Counter()
+    eng = canceller(engine, 512)
+    eng.load()
+    path = EchoPath(eng, counters)
+    for i in range(0, n, BUS_RATE // 2):   # the player's pieces, published ahead of playing
+        path.played(T0 + i * 10**9 // BUS_RATE + int(skew_ms * 1e6), far[i:i + BUS_RATE // 2])
+    out = np.concatenate([path.cancel(mic[i:i + frame], T0 + i * 10**9 // BUS_RATE)
+                          for i in range(0, n - frame + 1, frame)])
+    return mic[:len(out)], echo[:len(out)], out, start, path, counters
+
+
+def converged_at(counters) -> int:
+    """The sample from which the canceller is converged (the loudspeaker plays throughout)."""
+    assert counters["echo_converged_after_ms"], "never converged"
+    return counters["echo_converged_after_ms"] * BUS_RATE // 1000
+
+
+def test_the_echo_goes_and_the_speaker_stays(voices):
+    near, far = voices
+    mic, echo, out, start, path, counters = run_path(near, far, delay_ms=80)
+    assert converged_at(counters) < start * 3 // 4   # within ~13 s of the loudspeaker alone
+    single = slice(start * 3 // 4, start)   # its last ~4.5 s
+    assert erle_db(echo[single], out[single]) >= 25   # and rising: docs/echo.md
+    # Double talk: the speaker comes through whole (a suppressor would turn them down), and
+    # the echo under them is still cancelled, if less than on single talk.
+    both = slice(start, start + len(near))
+    said = near[:len(out[both])]
+    gain = float(np.dot(out[both], said) / np.dot(said, said))
+    assert 0.9 <= gain <= 1.1
+    assert erle_db(echo[both], out[both] - said) >= 12
+    state = path.state()
+    assert state["converged"] == 1.0 and state["removed_db"] > 3   # double talk ends it
+    assert abs(state["delay_ms"] - 80) <= 5
+
+
+def test_webrtc_removes_the_echo_and_turns_the_speaker_down(voices):
+    # Why speex is the default: AEC3's suppressor takes the speaker down with the echo.
+    near, far = voices
+    _mic, echo, out, start, _path, _ = run_path(near, far, delay_ms=80, engine="webrtc")
+    both = slice(start, start + len(near))
+    said = near[:len(out[both])]
+    assert erle_db(echo[start * 3 // 4:start], out[start * 3 // 4:start]) >= 30
+    assert float(np.dot(out[both], said) / np.dot(said, said)) < 0.8
+
+
+def test_until_converged_the_loudspeaker_is_silenced(voices):
+    # Half duplex while the room is not learnt: the echo never reaches the segmenter.
+    near, far = voices
+    _mic, echo, out, _start, _path, counters = run_path(near, far, delay_ms=80)
+    before = slice(0, converged_at(counters) - BUS_RATE // 10)
+    assert counters["echo_gated_ms"] > 0 and not np.any(out[before])
+
+
+def test_without_the_reference_nothing_is_removed(voices):
+    # The control: the same microphone with the loudspeaker's reference missing.
+    near, far = voices
+    counters = collections.Counter()
+    eng = canceller("speex", 512)
+    eng.load()
+    path = EchoPath(eng, counters)
+    echo = room_echo(far, 80, 0.4)
+    out = np.concatenate([path.cancel(echo[i:i + 320], T0 + i * 10**9 // BUS_RATE)
+                          for i in range(0, len(echo) - 319, 320)])
+    assert erle_db(echo[:len(out)], out) < 1   # and nothing silenced: nothing was played
+    assert path.state()["playing_s"] == 0 and counters["echo_gated_ms"] == 0
+
+
+def test_stamps_a_little_late_are_still_ahead_of_the_echo(voices):
+    # The player's stamps 20 ms later than the sound (a device's latency misreported): the
+    # echo comes before its stamp, and the lead keeps the reference ahead of it.
+    near, far = voices
+    _mic, echo, out, start, path, _ = run_path(near, far, delay_ms=0, skew_ms=LEAD_MS / 2)
+    single = slice(start * 3 // 4, start)   # its last ~4.5 s
+    assert erle_db(echo[single], out[single]) >= 25
+    assert abs(path.state()["delay_ms"] + LEAD_MS / 2) <= 5
+
+
+def test_any_frame_size_keeps_its_length_and_its_time(voices):
+    near, far = voices
+    _mic, echo, out, start, _path, _ = run_path(near, far, delay_ms=50, frame=400)   # 25 ms
+    assert len(out) % 400 == 0
+    single = slice(start * 3 // 4, start)   # its last ~4.5 s
+    # the first block's samples come one block late: still the same wall time per sample
+    assert erle_db(echo[single][:-BLOCK], out[single][BLOCK:]) >= 25
+
+
+def test_a_reference_that_comes_after_its_frames_is_counted():
+    counters = collections.Counter()
+    eng = canceller("speex", 128)
+    eng.load()
+    path = EchoPath(eng, counters)
+    path.cancel(np.zeros(320, np.float32), T0)
+    path.played(T0, np.ones(BUS_RATE // 10, np.float32) * 0.1)   # 100 ms, already due
+    assert counters["echo_late_ms"] > 0
+
+
+def test_an_unknown_engine_names_the_choices():
+    with pytest.raises(KeyError, match="speex, webrtc"):
+        canceller("speexdsp")
+
+
+def test_cancelling_needs_a_microphone_and_a_loudspeaker_on_one_host(tmp_path):
+    base = load(None)
+    live = {"capture": {"source": "microphone"}, "player": {"sink": "device"}}
+    assert base.with_overrides({"actors": live}).echo_handling == "gate"   # the default
+    cancel = {**live, "segmenter": {"echo_mode": "cancel"}}
+    assert base.with_overrides({"actors": cancel}).echo_handling == "cancel"
+    gate = {**live, "segmenter": {"echo_mode": "gate"}}
+    assert base.with_overrides({"actors": gate}).echo_handling == "gate"
+    to_file = {"capture": {"source": "microphone"}, "player": {"sink": "wav", "path": "o.wav"}}
+    assert base.with_overrides({"actors": to_file}).echo_handling == ""
