@@ -16,21 +16,15 @@ from voxweft.actors.echo import LEAD_MS, EchoPath
 from voxweft.actors.engines.echo import BLOCK, canceller
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import BUS_RATE
+from voxweft.tools.bench import echo as bench_echo
 from voxweft.tools.bench import readers
 
 T0 = 1_800_000_000 * 10**9   # a wall time: the stamps are absolute
 
 
 def room_echo(far: np.ndarray, delay_ms: float, rt60_s: float, seed: int = 1) -> np.ndarray:
-    """`far` as a microphone hears it from a loudspeaker: delayed, with a reverberant tail."""
-    rng = np.random.default_rng(seed)
-    k = int(delay_ms * BUS_RATE / 1000)
-    n = k + int(rt60_s * BUS_RATE)
-    h = np.zeros(n, np.float32)
-    h[k] = 1.0
-    t = np.arange(n - k - 1) / BUS_RATE
-    h[k + 1:] = rng.standard_normal(n - k - 1) * np.exp(-t * 6.9 / rt60_s) * 0.08
-    return np.convolve(far, h)[:len(far)].astype(np.float32)
+    """`far` as a microphone hears it from a loudspeaker (the bench's room, a fixed seed)."""
+    return bench_echo.room_echo(far, delay_ms, rt60_s, np.random.default_rng(seed))
 
 
 @pytest.fixture(scope="module")
