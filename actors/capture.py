@@ -145,7 +145,7 @@ class CaptureActor(Actor):
         """Remember the peers' status (the file source's start condition); take the reference."""
         if isinstance(msg, Played):
             if self.echo is not None:
-                self.echo.played(msg.heard_ns, msg.pcm)
+                self.echo.played(msg.pos, msg.pcm, (msg.at_pos, msg.at_ns), player=msg.epoch)
             return iter(())
         if isinstance(msg, Status):
             self.statuses[msg.src] = msg

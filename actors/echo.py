@@ -1,13 +1,19 @@
 """Full duplex: the microphone without the loudspeaker, so the speaker is heard while it plays.
 
-The player publishes what it plays (`Played`: 16 kHz mono, the wall time its first sample is
-heard, from PortAudio's DAC time) ahead of playing it; capture stamps each microphone frame
-with the wall time of its first sample (PortAudio's ADC time). On one host both read one
-clock, so the reference for a frame is what was heard at the frame's time: `EchoPath` keeps
-the recent reference, cuts out the piece for each frame and gives both to an echo canceller
-(actors.engines.echo). What the canceller cannot know, the room's delay and reverberation,
-it learns; the reference is taken `LEAD_MS` early so that an echo a little earlier than the
-stamps say (device latencies misreported by a few ms) is still ahead of its reference.
+Both ends of the echo path. The player's side (`Reference`): what the player writes to its
+device becomes one continuous 16 kHz stream, each sample at its position in the device's
+output (silence the device played included), published in pieces ahead of being heard
+(`Played`: the position of its first sample and the wall time it is heard, from the device's
+fitted DAC times, actors.sampleclock). Capture's side (`EchoPath`): the reference is kept by
+position; each microphone sample takes the reference sample at a fixed distance from it,
+found once from the two streams' wall times (both fitted lines, on one host one clock) and
+changed only when the two drift more than `REALIGN_MS` apart. A linear canceller
+(actors.engines.echo) needs exactly that: the reference a whole number of samples from the
+echo, the same number from one frame to the next. (Cut by each frame's and each piece's own
+wall time instead, the reference jittered by a sample or two against the echo, and live the
+canceller removed 2-6 dB instead of 30: docs/echo.md.) The reference is taken `LEAD_MS`
+early, so an echo slightly ahead of what the stamps say is still after its reference; the
+canceller learns the rest, the room's delay and reverberation.
 
 Until the canceller has learnt the room (`converged`), what the microphone hears while the
 loudspeaker plays is silenced, as the gate does; from then on the speaker is heard over it.
@@ -19,20 +25,35 @@ while the loudspeaker played, and whether that is enough to call it converged.
 from __future__ import annotations
 
 import collections
+import logging
+import math
+from collections.abc import Callable
 
 import numpy as np
+import soxr
 
 from voxweft.actors.engines.echo import BLOCK, EchoCanceller
-from voxweft.protocol.messages import BUS_RATE
+from voxweft.actors.sampleclock import SampleClock
+from voxweft.protocol.messages import BUS_RATE, Played
+
+log = logging.getLogger("voxweft.capture")
 
 #: The reference is taken this early: an echo up to this much before its stamp is still
 #: cancelled (the filter learns the delay, this included: `delay_ms` takes it off again).
 LEAD_MS = 40
-#: Reference kept: the filter's length and the lead, with room for a late frame.
-KEEP_S = 3.0
-#: Reference pieces kept at most (a player writes a piece per chunk: a few per second, and
-#: up to tens of seconds ahead of playing it).
-MAX_PIECES = 2000
+#: Reference kept by capture: what the player writes ahead of playing it (its jitter buffer,
+#: up to tens of seconds when tts runs ahead) and what the filter still looks back on.
+KEEP_S = 60.0
+#: The microphone and the reference drifted this far apart (their fitted clocks): the distance
+#: between them is taken again (the canceller then relearns the delay). Less, the canceller
+#: follows by itself (the echo stays inside its filter, LEAD_MS after the reference); more
+#: often, each realignment costs seconds of relearning (2 ms, 310 times in a live run).
+REALIGN_MS = 10.0
+#: Frames whose stamps decide whether the two drifted apart (their median): 1 s of 20 ms.
+DRIFT_FRAMES = 50
+#: The player's output silent this long between two writes: its reference stream starts
+#: again (rather than resampling the silence).
+RESTART_S = 2.0
 #: A reference block this loud (RMS) is the loudspeaker playing: -60 dBFS.
 PLAYING_RMS = 1e-3
 #: How quickly the removed level follows (per block while playing: ~2 s of playing).
@@ -46,9 +67,10 @@ CONVERGED_DB = 15.0
 WINDOW_BLOCKS = 50   # 0.5 s
 #: ... or after this much playing, whatever was measured: a speaker who never pauses while the
 #: loudspeaker plays (continuous speech) gives no window of single talk, and would stay
-#: silenced for good. Speex's 512 ms filter has removed 9-15 dB of a room's echo by then on
-#: single talk (docs/echo.md), and goes on converging under double talk.
-CONVERGED_PLAYING_MS = 8000
+#: silenced for good. Live (the null sink, three readers talking on): silenced for 8 s, the
+#: speaker's words heard 44 %; for 2 s, 74 %; never, 80 % (headphones: 95 %), and in none of
+#: the three was the loudspeaker interpreted (speex removed 22-28 dB once it played alone).
+CONVERGED_PLAYING_MS = 2000
 
 
 def describe(state: dict[str, float]) -> str:
@@ -63,107 +85,138 @@ def describe(state: dict[str, float]) -> str:
             f"{state.get('removed_db', 0):.0f} dB quieter while the loudspeaker plays)")
 
 
-class SampleClock:
-    """Wall time of a stream's samples, smoothed: a line fitted to its frames' stamps.
+class Reference:
+    """The player's side: what it writes to its device, as one continuous 16 kHz stream.
 
-    One frame's stamp (PortAudio's ADC time of its block) is off by a few ms, and the
-    device's clock drifts against the wall clock (170 ppm seen on PulseAudio's null sink): a
-    reference cut by each frame's own stamp jitters against the echo, and a linear canceller
-    then removes 2 dB instead of 30. Samples are counted instead, and mapped to wall time by
-    the least-squares line through the last `WINDOW` stamps (refitted every `REFIT` frames).
+    `wrote(pos, pcm)` is called for each write at device position `pos` (samples of the
+    output stream, silence included); it returns the `Played` pieces to publish. Silence
+    between two writes is fed as zeros, so the 16 kHz positions stay those of the device's
+    samples; after `RESTART_S` of silence the resampler starts again at a position where
+    both rates meet on a whole sample (no fractional shift against the old stream).
     """
 
-    WINDOW, REFIT = 1500, 50   # frames: 30 s and 1 s of 20 ms frames
+    def __init__(self, rate: int, now: Callable[[], tuple[int, int]]) -> None:
+        self.rate = rate
+        self.now = now                # the device's position now, and the wall ns it is heard
+        self.step = rate // math.gcd(rate, BUS_RATE)   # device samples on a whole 16 kHz one
+        self.resampler: soxr.ResampleStream | None = None
+        self.fed = 0                  # device position the resampler has reached
+        self.out = 0                  # 16 kHz position of its next output sample
 
-    def __init__(self) -> None:
-        self.points: collections.deque[tuple[int, int]] = collections.deque(maxlen=self.WINDOW)
-        self.samples = 0
-        self.fit: tuple[float, float] | None = None   # ns at sample 0 (relative), ns/sample
-        self.since_fit = 0
-        self.origin = 0
+    def wrote(self, pos: int, pcm: np.ndarray) -> list[Played]:
+        """The device plays `pcm` from its position `pos`: the reference pieces to publish."""
+        pieces = []
+        if self.resampler is None or pos < self.fed or pos - self.fed > RESTART_S * self.rate:
+            if self.resampler is not None:   # the old stream's last samples
+                pieces += self._piece(self.resampler.resample_chunk(
+                    np.zeros(0, np.float32), last=True))
+            start = pos - pos % self.step
+            self.resampler = soxr.ResampleStream(self.rate, BUS_RATE, 1, dtype="float32")
+            self.fed, self.out = start, start * BUS_RATE // self.rate
+        audio = np.asarray(pcm, np.float32)
+        if pos > self.fed:   # the silence the device played in between
+            audio = np.concatenate([np.zeros(pos - self.fed, np.float32), audio])
+        self.fed = pos + len(pcm)
+        return pieces + self._piece(self.resampler.resample_chunk(audio))
 
-    def push(self, n: int, stamp_ns: int) -> int:
-        """A frame of `n` samples stamped `stamp_ns`: the smoothed wall time of its first."""
-        if not self.points:
-            self.origin = stamp_ns
-        elif abs(stamp_ns - self.at(self.samples)) > 200 * 10**6:   # a gap: start again
-            self.points.clear()
-            self.origin, self.fit = stamp_ns, None
-        self.points.append((self.samples, stamp_ns - self.origin))
-        self.since_fit += 1
-        if self.fit is None or self.since_fit >= self.REFIT:
-            x = np.array([p[0] for p in self.points], np.float64)
-            y = np.array([p[1] for p in self.points], np.float64)
-            if len(x) >= 10 and np.ptp(x) > 0:
-                slope, intercept = np.polyfit(x, y, 1)
-                self.fit = (float(intercept), float(slope))
-            else:
-                self.fit = (float(np.mean(y - x * 1e9 / BUS_RATE)), 1e9 / BUS_RATE)
-            self.since_fit = 0
-        first = self.at(self.samples)
-        self.samples += n
-        return first
-
-    def at(self, sample: int) -> int:
-        """Wall time (ns) of `sample`."""
-        if self.fit is None:
-            return self.origin + sample * 10**9 // BUS_RATE
-        return self.origin + int(self.fit[0] + self.fit[1] * sample)
+    def _piece(self, out: np.ndarray) -> list[Played]:
+        if not len(out):
+            return []
+        device_pos, device_ns = self.now()
+        at_pos = device_pos * BUS_RATE // self.rate   # the 16 kHz sample at or before it
+        at_ns = device_ns - round((device_pos - at_pos * self.rate / BUS_RATE) * 1e9 / self.rate)
+        piece = Played(pos=self.out, at_pos=at_pos, at_ns=at_ns, pcm=np.asarray(out, np.float32))
+        self.out += len(out)
+        return [piece]
 
 
 class EchoPath:
-    """The player's recent output on the microphone's timeline, and the canceller fed with it."""
+    """Capture's side: the player's reference by position, and the canceller fed with it."""
 
     def __init__(self, engine: EchoCanceller, counters) -> None:
         self.engine = engine
         self.counters = counters
-        self.pieces: collections.deque[tuple[int, np.ndarray]] = collections.deque()
-        self.heard_until_ns = 0      # the end of the latest reference piece
+        self.ring = np.zeros(int(KEEP_S * BUS_RATE), np.float32)   # reference, by position
+        self.ref_end: int | None = None   # the position after the newest reference sample
+        self.player = None            # which player's positions (its epoch)
+        self.line = SampleClock(BUS_RATE, window=500, refit=10)   # position -> wall ns heard
+        self.distance: int | None = None   # reference position of microphone sample 0
+        # the last second's frames: how far the stamps put the reference from `distance`
+        self.off: collections.deque[float] = collections.deque(maxlen=DRIFT_FRAMES)
+        self.mic_pos = 0              # microphone samples fed to the canceller
+        self.taken_until: int | None = None   # reference positions taken so far
         self.mic_energy = 0.0        # smoothed while playing: the microphone's ...
         self.out_energy = 0.0        # ... and what is left of it after cancelling
         self.pending = np.zeros(0, np.float32)   # microphone samples short of a block
         self.pending_ns = 0
-        self.cancelled_until_ns = 0   # the reference taken so far reaches this wall time
         self.playing_until_ns = 0     # the end of the last block the loudspeaker played
         self.tail_ns = engine.filter_ms * 10**6   # an echo lasts this long after it plays
         self.converged = False
-        self.clock = SampleClock()
         self.window = [0.0, 0.0, 0]   # microphone and output energy over playing blocks
 
     # -- the reference ----------------------------------------------------------------------
-    def played(self, heard_ns: int, pcm: np.ndarray) -> None:
-        """The player will be heard playing `pcm` (BUS_RATE) from wall time `heard_ns`."""
-        if not len(pcm):
-            return
-        if heard_ns < self.cancelled_until_ns:   # came after its microphone frames: not used
-            late = min(self.cancelled_until_ns - heard_ns, len(pcm) * 10**9 // BUS_RATE)
-            self.counters["echo_late_ms"] += late // 10**6
-        self.pieces.append((heard_ns, np.asarray(pcm, np.float32)))
-        self.heard_until_ns = max(self.heard_until_ns,
-                                  heard_ns + len(pcm) * 10**9 // BUS_RATE)
-        while len(self.pieces) > MAX_PIECES:   # bounded, whatever the peer sends
-            self.pieces.popleft()
-            self.counters["echo_pieces_dropped"] += 1
+    def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
+               player: object = None) -> None:
+        """The loudspeaker plays `pcm` (BUS_RATE) from reference position `pos`.
 
-    @staticmethod
-    def _end(piece: tuple[int, np.ndarray]) -> int:
-        return piece[0] + len(piece[1]) * 10**9 // BUS_RATE
+        `clock`: (a position, the wall ns it is heard), the player's latest. `player` names
+        whose positions they are: a new one (a restarted player counts from 0 again) starts
+        them again.
+        """
+        if player != self.player:
+            self.player, self.ref_end, self.distance = player, None, None
+            self.taken_until = None
+            self.line.reset()
+        self.line.stamp(*clock)
+        pcm = np.asarray(pcm, np.float32)[-len(self.ring):]
+        end = pos + len(pcm)
+        if self.taken_until is not None and pos < self.taken_until:   # after its frames
+            late = int(np.count_nonzero(pcm[:self.taken_until - pos]))   # silence is never late
+            self.counters["echo_late_ms"] += late * 1000 // BUS_RATE
+        if self.ref_end is None or end - self.ref_end >= len(self.ring):
+            self.ring[:] = 0.0
+        elif pos > self.ref_end:   # silence between: zeros
+            self._put(self.ref_end, np.zeros(pos - self.ref_end, np.float32))
+        self._put(pos, pcm)
+        self.ref_end = end if self.ref_end is None else max(self.ref_end, end)
 
-    def reference(self, start_ns: int, n: int) -> np.ndarray:
-        """What the loudspeaker plays over `n` samples from `start_ns` (zeros where nothing)."""
+    def _put(self, pos: int, pcm: np.ndarray) -> None:
+        self.ring[np.arange(pos, pos + len(pcm)) % len(self.ring)] = pcm
+
+    def reference(self, start: int, n: int) -> np.ndarray:
+        """Reference positions [start, start + n) (zeros where there is none)."""
         out = np.zeros(n, np.float32)
-        end_ns = start_ns + n * 10**9 // BUS_RATE
-        for heard_ns, pcm in self.pieces:
-            if heard_ns >= end_ns or self._end((heard_ns, pcm)) <= start_ns:
-                continue
-            offset = round((heard_ns - start_ns) * BUS_RATE / 1e9)   # piece start in `out`
-            a, b = max(0, offset), min(n, offset + len(pcm))
-            if b > a:
-                out[a:b] = pcm[a - offset:b - offset]
-        # Drop what no later frame can want (frames come in order).
-        while self.pieces and self._end(self.pieces[0]) < start_ns - int(KEEP_S * 1e9):
-            self.pieces.popleft()
+        if self.ref_end is None:
+            return out
+        lo, hi = max(start, self.ref_end - len(self.ring)), min(start + n, self.ref_end)
+        if hi > lo:
+            out[lo - start:hi - start] = self.ring[np.arange(lo, hi) % len(self.ring)]
         return out
+
+    def _aligned(self, first_ns: int, n: int) -> np.ndarray:
+        """The reference for the next `n` microphone samples, the first heard at `first_ns`."""
+        ref = np.zeros(n, np.float32)
+        if self.ref_end is not None:
+            want = self.line.sample_at(first_ns + LEAD_MS * 10**6) - self.mic_pos
+            if self.distance is None:
+                self.distance = round(want)
+            # What the stamps say over the last second, by its median: one stamp jitters by
+            # ms; a jump (a device reopened) or a drift that lasts moves the median.
+            self.off.append(want - self.distance)
+            if len(self.off) == self.off.maxlen:
+                drift = float(np.median(self.off))
+                if abs(drift) > REALIGN_MS * BUS_RATE / 1000:
+                    log.info("capture: the loudspeaker's reference and the microphone drifted "
+                             "%.1f ms apart: realigned (the echo canceller relearns the delay)",
+                             drift * 1000 / BUS_RATE)
+                    self.distance += round(drift)
+                    self.off.clear()
+                    self.counters["echo_realigned"] += 1
+            start = self.mic_pos + self.distance
+            ref = self.reference(start, n)
+            self.taken_until = max(self.taken_until or start, start + n)
+        self.mic_pos += n
+        return ref
 
     # -- the microphone ---------------------------------------------------------------------
     def cancel(self, pcm: np.ndarray, first_ns: int) -> np.ndarray:
@@ -173,14 +226,11 @@ class EchoPath:
         keeps its remainder for the next, so the output is as long as the input, late by at
         most one block.
         """
-        first_ns = self.clock.push(len(pcm), first_ns)
         if not len(self.pending):
             self.pending_ns = first_ns
         mic = np.concatenate([self.pending, np.asarray(pcm, np.float32)])
         whole = len(mic) - len(mic) % BLOCK
-        lead = LEAD_MS * 10**6
-        ref = self.reference(self.pending_ns + lead, whole)
-        self.cancelled_until_ns = self.pending_ns + lead + whole * 10**9 // BUS_RATE
+        ref = self._aligned(self.pending_ns, whole)
         out = self.engine.process(mic[:whole], ref) if whole else np.zeros(0, np.float32)
         out = self._account(self.pending_ns, ref, mic[:whole], out)
         self.pending = mic[whole:]

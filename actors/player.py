@@ -17,10 +17,10 @@ import soxr
 
 from voxweft.actors.custody import OUTBOX_UTTERANCES, Finished
 from voxweft.actors.devices import Recovery
+from voxweft.actors.echo import Reference
 from voxweft.actors.runtime import Actor
 from voxweft.actors.sinks import DeviceSink, WavSink
 from voxweft.protocol.messages import (
-    BUS_RATE,
     Done,
     Message,
     PlaybackEvent,
@@ -119,7 +119,7 @@ class PlayerActor(Actor):
         self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
         self.reported: dict[str, int] = {}   # what `progress` says (made by tick)
         # What we play, for capture to cancel its echo (actors.echo): a device only.
-        self.reference = topology.echo_handling == "cancel" and config.sink == "device"
+        self.reference: Reference | None = None
         self.played: list[Played] = []
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
@@ -221,8 +221,11 @@ class PlayerActor(Actor):
                               self.config.path, len(self.sink.done),
                               self.sink.written / self.sink.rate)
         else:
-            self.sink = DeviceSink(self.config.device, self.counters)
+            self.sink = DeviceSink(self.config.device, self.counters,
+                                   latency_s=self.config.latency_ms / 1000)
             self.log.info("player: %s", self.sink.describe())
+            if self.topology.echo_handling == "cancel":
+                self.reference = Reference(self.sink.rate, self.sink.now)
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Buffer a chunk under its utterance."""
@@ -458,10 +461,9 @@ class PlayerActor(Actor):
                 u.underrun_s += late_s
                 self.counters["underruns_inside"] += 1
         start_ns = self.sink.write(pcm, cut=self.cut_next and len(pcm) > 0, end=end)
-        if self.reference and len(pcm) and not getattr(self.sink, "lost", ""):
+        if self.reference is not None and len(pcm) and not getattr(self.sink, "lost", ""):
             # Ahead of being heard: capture has it before the microphone hears it.
-            self.played.append(Played(heard_ns=start_ns, pcm=soxr.resample(
-                pcm.astype(np.float32), self.sink.rate, BUS_RATE).astype(np.float32)))
+            self.played += self.reference.wrote(self.sink.last_pos, pcm)
         u.heard_until_ns = self.sink.busy_until_ns()
         if len(pcm):
             self.cut_next = False

@@ -22,6 +22,7 @@ from voxweft.actors.devices import (
     reopen,
     resolve_device,
 )
+from voxweft.actors.sampleclock import SampleClock
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import now_ns
 
@@ -177,12 +178,13 @@ FADE_S = 0.005   # fade length where audio would jump: 5 ms is inaudible, a jump
 class DeviceSink(DeviceStream):
     """A PortAudio output stream fed from a buffer by its callback, with true play times.
 
-    * Times: every callback anchors "the first sample of this block is heard at wall time
+    * Times: every callback stamps "the first sample of this block is heard at wall time
       T" from its time info (`outputBufferDacTime - currentTime`, or the stream's reported
       latency when the host API gives none). A sample's position in the output stream
-      (audio and silence alike, `out_pos`) then gives the wall time it is heard, so
-      `write()` returns when its first sample will really be heard and `busy_until_ns()`
-      when the last queued one will.
+      (audio and silence alike, `out_pos`) then gives the wall time it is heard, by the line
+      fitted to those stamps (actors.sampleclock: one stamp jitters by ms, the device's clock
+      drifts), so `write()` returns when its first sample will really be heard and
+      `busy_until_ns()` when the last queued one will.
     * No clicks: a continuous stream of chunks is played untouched. Only where the audio
       would jump, it is faded over 5 ms: out, when the buffer is about to run dry (an
       underrun or the end of speech) or before a cut (`cut=True`: the new audio does not
@@ -192,14 +194,16 @@ class DeviceSink(DeviceStream):
       says why; `reopen()` tries again with a fresh PortAudio device list.
     """
 
-    def __init__(self, device: str, counters) -> None:
+    def __init__(self, device: str, counters, latency_s: float = 0.0) -> None:
         self.sd = open_sounddevice("player")
+        self.ask_latency_s = latency_s   # the buffer asked for (0: PortAudio's default)
         self.spec = device
         self.counters = counters
         self.buffer: collections.deque[list] = collections.deque()   # [pcm, end] items
         self.queued = 0               # samples waiting in the buffer
         self.out_pos = 0              # samples the callback has output, audio and silence
-        self.anchor: tuple[int, int] | None = None   # (out_pos of a block, wall ns heard)
+        self.clock = SampleClock(DEFAULT_RATE)   # out_pos -> wall ns heard (set by _open)
+        self.last_pos = 0             # out_pos of the first sample of the last write
         self.tail_faded = True        # what is queued ends faded out (or nothing plays)
         self.playing = False          # the last block ended inside audio
         self.last_end = True          # the last audio consumed was the end of an utterance
@@ -216,9 +220,11 @@ class DeviceSink(DeviceStream):
         channels = max(1, min(2, int(info["max_output_channels"])))
         self.stream = open_device(self.sd, "player", self.name, lambda: self.sd.OutputStream(
             device=index, samplerate=self.rate, channels=channels, dtype="float32",
-            callback=self._callback, finished_callback=self._finished))
+            callback=self._callback, finished_callback=self._finished,
+            latency=self.ask_latency_s or None))
         self.latency_s = float(self.stream.latency)
-        self.anchor = None
+        # ~15 s of callbacks of 10 ms: the line follows the device's drift within a minute.
+        self.clock = SampleClock(self.rate, window=1500, refit=25)
         self.lost = ""
         self.stream.start()
 
@@ -235,7 +241,7 @@ class DeviceSink(DeviceStream):
         out = outdata[:, 0]
         filled = 0
         with self.guard:
-            self.anchor = (self.out_pos, wall + int(delay_s * 1e9))
+            self.clock.stamp(self.out_pos, wall + int(delay_s * 1e9))
             if self.queued and self.queued < frames + len(self.fade) and not self.tail_faded:
                 self._fade_tail()   # about to run dry: never stop on a non-zero sample
             while filled < frames and self.buffer:
@@ -274,12 +280,17 @@ class DeviceSink(DeviceStream):
         self.tail_faded = True
 
     # -- actor thread ---------------------------------------------------------------------
-    def _heard_ns(self, pos: int) -> int:
-        if self.anchor is None:   # no callback yet: it will come within one latency
+    def _heard_ns(self, pos: float) -> int:
+        heard = self.clock.at(pos)
+        if heard is None:   # no callback yet: it will come within one latency
             return now_ns() + int(self.latency_s * 1e9) + \
                 int((pos - self.out_pos) * 1e9 / self.rate)
-        anchor_pos, anchor_ns = self.anchor
-        return anchor_ns + int((pos - anchor_pos) * 1e9 / self.rate)
+        return heard
+
+    def now(self) -> tuple[int, int]:
+        """Where the output is: the position of the next block, and when it is heard (ns)."""
+        with self.guard:
+            return self.out_pos, self._heard_ns(self.out_pos)
 
     def idle(self) -> bool:
         """Nothing is queued: new audio would start from silence."""
@@ -303,7 +314,7 @@ class DeviceSink(DeviceStream):
                 n = min(len(pcm), len(self.fade))
                 pcm[:n] *= self.fade[:n]
                 self.tail_faded = False
-            start_pos = self.out_pos + self.queued
+            start_pos = self.last_pos = self.out_pos + self.queued
             if len(pcm):
                 self.buffer.append([pcm, end])
                 self.queued += len(pcm)

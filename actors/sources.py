@@ -17,6 +17,7 @@ import numpy as np
 import soxr
 
 from voxweft.actors.devices import DeviceStream, open_device, open_sounddevice, resolve_device
+from voxweft.actors.sampleclock import SampleClock
 from voxweft.actors.settings.base import StartupError
 from voxweft.protocol.messages import BUS_RATE
 
@@ -113,7 +114,9 @@ class MicrophoneSource(DeviceStream):
     callback's time info (`inputBufferAdcTime`: when the block's first sample reached the
     converter, on the stream clock, shifted to the wall clock by `currentTime`), and only
     when the host API gives no usable time info, from the callback's arrival time minus the
-    block's duration. Later samples are placed by counting samples from that anchor.
+    block's duration. Samples are counted and placed on the wall clock by the line fitted to
+    those stamps (actors.sampleclock): one block's stamp jitters by up to 6 ms and the
+    device's clock drifts, and the echo canceller needs each frame within a millisecond.
     """
 
     def __init__(self, device: str, frame_samples: int, counters,
@@ -125,7 +128,7 @@ class MicrophoneSource(DeviceStream):
         self.name = info["name"]
         self.assembler = FrameAssembler(self.rate, frame_samples)
         # Fixed blocks of one pipeline frame's duration: the queue bound is then exact in
-        # milliseconds, and a block's time anchors at most one frame.
+        # milliseconds, and the blocks' stamps are one per frame.
         self.block = max(1, round(self.rate * frame_samples / BUS_RATE))
         blocks = max(1, round(queue_ms * self.rate / 1000 / self.block))
         self.queue: queue.Queue[tuple[int, int, np.ndarray]] = queue.Queue(maxsize=blocks)
@@ -133,7 +136,7 @@ class MicrophoneSource(DeviceStream):
         self.ended = False
         self.in_samples = 0        # device-rate samples handed to the assembler
         self.out_samples = 0       # 16 kHz samples returned as frames
-        self.anchor: tuple[int, int] | None = None   # (in_samples position, wall ns)
+        self.clock = SampleClock(self.rate)   # in_samples position -> wall ns (30 s of blocks)
         self.dropped = 0           # samples dropped since the last queued block (callback)
         self.overflows_seen = 0
         self.time_source = ""      # "adc" or "arrival": which estimate capture_ns uses
@@ -185,7 +188,7 @@ class MicrophoneSource(DeviceStream):
                 break
             if dropped:   # keep the timeline: what was lost is as long as it was
                 frames += self._push(np.zeros((dropped, block.shape[1]), np.float32))
-            self.anchor = (self.in_samples, first_ns)
+            self.clock.stamp(self.in_samples, first_ns)
             frames += self._push(block)
         if self.counters["overflow"] != self.overflows_seen:
             self.overflows_seen = self.counters["overflow"]
@@ -197,11 +200,10 @@ class MicrophoneSource(DeviceStream):
         self.in_samples += len(block)
         out = []
         for pcm in self.assembler.push(block):
-            # The frame's first sample, in device samples, measured from the anchor block;
-            # soxr's stream output is aligned with its input (its delay is compensated).
-            position = self.out_samples * self.rate / BUS_RATE
-            anchor_pos, anchor_ns = self.anchor or (0, time.time_ns())
-            out.append((pcm, anchor_ns + int((position - anchor_pos) * 1e9 / self.rate)))
+            # The frame's first sample, in device samples, on the stamps' line; soxr's
+            # stream output is aligned with its input (its delay is compensated).
+            first_ns = self.clock.at(self.out_samples * self.rate / BUS_RATE)
+            out.append((pcm, time.time_ns() if first_ns is None else first_ns))
             self.out_samples += len(pcm)
         return out
 

@@ -239,12 +239,17 @@ class TtsActor(EngineActor):
             return
         if not isinstance(msg, Translation):
             return
-        if not is_draft(msg) and self._before_the_player():
-            if self.wait_since is None:
-                self.wait_since = time.monotonic()
-            self.waiting.append(msg)
-            self.counters["waited_for_player"] += 1
-            return
+        if not is_draft(msg):
+            if self._before_the_player():
+                if self.wait_since is None:
+                    self.wait_since = time.monotonic()
+                self.waiting.append(msg)
+                self.counters["waited_for_player"] += 1
+                return
+            # What was held came first: spoken first (the player plays in arrival order). A
+            # final that came while a draft was being made ahead, after the player was heard
+            # but before tick() ran, once overtook them (tts killed on a slow machine).
+            yield from self._spoken_held()
         yield from self._speak(msg)
 
     def _before_the_player(self) -> bool:
@@ -260,10 +265,13 @@ class TtsActor(EngineActor):
 
     def tick(self) -> Iterator[Message]:
         """Speak what was held for the player's first heartbeat, once it came (or not)."""
-        if self.waiting and not self._before_the_player():
-            waiting, self.waiting = self.waiting, []
-            for msg in waiting:
-                yield from self._speak(msg)
+        if not self._before_the_player():
+            yield from self._spoken_held()
+
+    def _spoken_held(self) -> Iterator[Message]:
+        """Speak what was held for the player's first heartbeat, in the order it came."""
+        while self.waiting:
+            yield from self._speak(self.waiting.pop(0))
 
     def _speak(self, msg: Translation) -> Iterator[Message]:
         """handle() of a translation."""

@@ -260,12 +260,17 @@ class PlaybackEvent(Message):
 class Played(PcmMessage):
     """What the player is about to play, 16 kHz mono: the echo canceller's reference.
 
-    Published when written to the device, ahead of being heard; `heard_ns` is the wall time
-    its first sample leaves the loudspeaker (PortAudio's DAC time), on the player's host.
+    Published when written to the device, ahead of being heard. The pieces of one player
+    process form one continuous stream of the device's output, silence included: `pos` is
+    the position of the first sample in it (16 kHz samples). Where the device is now, on the
+    player's host: position `at_pos` is heard at wall time `at_ns` (PortAudio's DAC times,
+    fitted; a recent point, never one extrapolated seconds ahead).
     """
 
     TYPE: ClassVar[str] = "played"
-    heard_ns: int = 0
+    pos: int = 0
+    at_pos: int = 0
+    at_ns: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

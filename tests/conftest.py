@@ -17,6 +17,8 @@ import soxr
 from voxweft.tools.bench import DEFAULT_CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
+# The checks the end-to-end tests share say what they compared when they fail.
+pytest.register_assert_rewrite("tests.e2e.whole")
 
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

@@ -233,6 +233,12 @@ class PlayerConfig(ActorConfig):
     gap_timeout_ms: int = Between(100, 60000, 2000)  # give up on a missing chunk after this
     jitter_ms: int = Between(0, 2000, 60)   # device: start (or resume after an underrun) with this
     device_retry_ms: int = Between(100, 60000, 1000)  # after losing the device, retry this often
+    # device: the output stream's buffer (PortAudio's latency). Python's audio callback waits
+    # for the GIL beside models on busy cores: at PortAudio's default (35 ms through ALSA's
+    # pulse plugin) a 2-core machine running all six actors underran 91 times in 70 s (each a
+    # click, and a jump in when the audio is heard, which the echo canceller cannot follow);
+    # at 150 ms, none (docs/echo.md).
+    latency_ms: int = Between(0, 1000, 150)
 
     @model_validator(mode="after")
     def _wav_has_path(self) -> PlayerConfig:

@@ -140,8 +140,11 @@ def check_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
     the translation and output.wav (by the player's journal). Returns the transcript rows."""
     transcripts = heard_whole(out, placed)
     translations = [json.loads(x) for x in (out / "translation.jsonl").read_text().splitlines()]
-    assert [t["utt"] for t in translations] == [t["utt"] for t in transcripts]
-    assert all(t["text"] for t in translations)
+    said, meant = [t["utt"] for t in transcripts], [t["utt"] for t in translations]
+    assert meant == said, (f"transcribed, not translated: {sorted(set(said) - set(meant))}; "
+                           f"translated, not transcribed: {sorted(set(meant) - set(said))}; "
+                           f"transcripts {said}, translations {meant}")
+    assert all(t["text"] for t in translations), [t for t in translations if not t["text"]]
 
     played_whole(out, [t["utt"] for t in transcripts])
     spoken_as_translated(out)

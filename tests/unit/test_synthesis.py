@@ -188,6 +188,24 @@ def test_a_tts_just_started_waits_for_the_players_heartbeat_before_it_speaks(mon
     assert [m for m in out if isinstance(m, SpeechChunk)][0].word == 0
 
 
+def test_what_was_held_for_the_player_is_spoken_before_what_comes_after():
+    """The player plays utterances in the order their chunks come. A final that arrives
+    after the player's heartbeat but before tick() released what was held (a draft being
+    made ahead in between, seconds on one slow core) once overtook them: in CI the journal
+    had utterance 5 before 1."""
+    text = "Nunca foi superado, disse ele."
+    actor = _tts()
+    run_actor(actor, [], src="mt")
+    actor.warmup()
+    held = [Translation(utt=u, src_lang="en", tgt_lang="pt", source_text="-", text=text)
+            for u in ("a", "b")]
+    assert run_actor(actor, held, src="mt", loaded=True) == []
+    list(actor.handle(Status(state="ready", src="player")))   # heard; no tick yet
+    late = Translation(utt="c", src_lang="en", tgt_lang="pt", source_text="-", text=text)
+    order = [m.utt for m in actor.handle(late) if isinstance(m, SpeechChunk) and m.last]
+    assert order == ["a", "b", "c"] and not actor.waiting
+
+
 def test_chunks_that_do_not_say_their_words_are_never_taken_for_words_had(tmp_path):
     """A tts that says no words (word = words = 0, an older peer): a new synthesis is played
     from its start, never dropped as words the player has."""

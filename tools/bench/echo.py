@@ -120,7 +120,7 @@ def cancel(engine: str, mic: np.ndarray, far: np.ndarray) -> tuple[np.ndarray, d
     path = EchoPath(eng, counters)
     t0 = time.time_ns()
     for i in range(0, len(far), BUS_RATE // 2):   # the player's pieces, ahead of playing
-        path.played(t0 + i * 10**9 // BUS_RATE, far[i:i + BUS_RATE // 2])
+        path.played(i, far[i:i + BUS_RATE // 2], (i, t0 + i * 10**9 // BUS_RATE))
     frame = 2 * BLOCK
     cpu = time.process_time()
     out = np.concatenate([path.cancel(mic[i:i + frame], t0 + i * 10**9 // BUS_RATE)
