@@ -150,6 +150,7 @@ class Traffic:
         previous = self.peers.get(msg.src)
         if previous is not None and previous != msg.epoch:
             log.info("%s: peer %s restarted (new epoch)", self.actor.name, msg.src)
+            self.rejoin.restarted(msg.src, time.monotonic())
         self.peers[msg.src] = msg.epoch
         key = (msg.src, msg.TYPE)
         last = self.last_seq.get(key)

@@ -222,6 +222,13 @@ def test_actor_states_restarts_queue_silence_and_supervision():
     (_, a), = r.apply(Status(src="asr", epoch=5, state="ready", unreachable={"mt": 4.0}))
     assert a["detail"] == "cannot hear mt"
     assert r.apply(Status(src="stranger", epoch=1)) == []
+    # Capture cancelling the loudspeaker's echo says how it goes (issue 47).
+    (_, a), = r.apply(Status(src="capture", epoch=1, state="ready",
+                             echo={"converged": 0.0, "playing_s": 1.0}))
+    assert a["detail"].startswith("echo: learning the room")
+    (_, a), = r.apply(Status(src="capture", epoch=1, state="ready",
+                             echo={"converged": 1.0, "removed_db": 24.0, "delay_ms": 3.0}))
+    assert "converged, delay 3 ms" in a["detail"] and "24 dB quieter" in a["detail"]
 
 
 def test_urls():

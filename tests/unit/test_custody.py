@@ -108,6 +108,29 @@ def test_a_sender_that_never_catches_us_up_is_released_when_the_window_ends():
     assert not rejoin.hold(_from_mt("u4"), now=5.1) and rejoin.held == {}
 
 
+def test_an_upstream_that_restarted_is_held_until_it_has_sent_again():
+    # mt restarted while tts ran on: u5, u6 went out before tts's subscription to the new mt
+    # was live (lost), u7 after. mt sends u5..u7 again once it hears tts: u7 must not be
+    # spoken first (test_kills_close: output.wav had 7 before 5 and 6).
+    rejoin = Rejoin("tts", upstreams=frozenset({"mt"}))
+    rejoin.ready(now=0.0)
+    rejoin.status(Status(src="mt", epoch=1, echo_sent={"tts": 10**9}), now_ns=10)
+    assert not rejoin.hold(_from_mt("u4"), now=10.0)    # long after our start: as they come
+    rejoin.restarted("mt", now=20.0)
+    assert rejoin.hold(_from_mt("u7"), now=20.1)
+    assert rejoin.status(Status(src="mt", epoch=2, echo_sent={"tts": 5}), now_ns=100) == []
+    again = [_from_mt(u) for u in ("u5", "u6", "u7")]
+    assert all(rejoin.hold(m, now=20.5) for m in again)
+    taken = rejoin.status(Status(src="mt", epoch=2, echo_sent={"tts": 100 + 60_000_000}),
+                          now_ns=200)
+    assert [m.utt for m in taken] == ["u5", "u6", "u7"]
+    assert not rejoin.hold(_from_mt("u8"), now=21.0)
+    # A restarted sender that never catches up is released when its own window ends.
+    rejoin.restarted("mt", now=30.0)
+    assert rejoin.hold(_from_mt("u9"), now=30.1) and rejoin.expired(now=34.9) == []
+    assert [m.utt for m in rejoin.expired(now=35.0)] == ["u9"]
+
+
 def test_an_upstream_is_held_before_its_first_heartbeat_reaches_us():
     # The player restarted while tts sent two pieces: u2 (sent before the kill, lost) and
     # u3, sent live just after we were ready, before tts's first heartbeat reached us. tts

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from voxweft.actors.echo import describe as describe_echo
 from voxweft.actors.phrases import Sentence
 from voxweft.deploy.events import DOWN, describe
 from voxweft.protocol.messages import (
@@ -233,6 +234,8 @@ class Room:
         if msg.unreachable:
             detail = "cannot hear " + ", ".join(sorted(msg.unreachable)) + (
                 f"; {detail}" if detail else "")
+        if msg.echo:   # capture cancelling the loudspeaker: learning, or how much it removes
+            detail = "; ".join(d for d in (detail, describe_echo(msg.echo)) if d)
         actor.update(state=msg.state, detail=detail, busy_s=round(msg.busy_s, 1),
                      queue=msg.outstanding + msg.counters.get("backlog", 0))
         return [("actor", dict(actor))] if actor != before else []
