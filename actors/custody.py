@@ -183,6 +183,7 @@ class Rejoin:
         self.caught_up: set[str] = set()        # senders that have sent us their resend
         self.held: dict[str, list[Message]] = {}
         self.sender_until: dict[str, float] = {}   # a restarted sender's own window
+        self.broken: set[str] = set()           # senders whose link to us broke
 
     def ready(self, now: float) -> None:
         """The stage is ready: the window starts."""
@@ -192,13 +193,20 @@ class Rejoin:
         """Whether the window is open."""
         return self.until is not None and now < self.until
 
-    def restarted(self, src: str, now: float) -> None:
-        """`src`, upstream of us, restarted (a new epoch): held as at our own start.
+    def link_lost(self, src: str) -> None:
+        """Our link to `src` broke (it stopped, or the network): see `restarted`."""
+        if src in self.upstreams:
+            self.broken.add(src)
 
-        What it sent before our subscription to the new process was live is lost (PUB/SUB),
-        and comes again in its resend, after what it sent live since: a restarted mt's
-        utterance 7 reached tts before 5 and 6, and was spoken first (test_kills_close).
+    def restarted(self, src: str, now: float) -> None:
+        """`src`, upstream of us, restarted or is heard again after a break: held.
+
+        As at our own start: from a new epoch, or its first message after its link broke.
+        What it sent before our subscription to it was live again is lost (PUB/SUB), and
+        comes again in its resend, after what it sent live since: a restarted mt's utterance
+        7 reached tts before 5 and 6, and was spoken first (test_kills_close).
         """
+        self.broken.discard(src)
         if src in self.upstreams:
             self.sender_until[src] = now + self.window_s
             self.caught_up.discard(src)

@@ -382,6 +382,7 @@ class Runtime(Traffic):
         # we do not claim to hear it: sent while our side was still reconnecting, the outbox
         # was lost again (a 5 s cable pull lost an utterance for good).
         self.peers.pop(peer, None)
+        self.rejoin.link_lost(peer)   # what it sends until its resend is held (custody)
         if not self.redial.lost(sock, endpoint, time.monotonic()):   # said once, not per retry
             log.info("%s: lost %s (peer stopped, refused us or sent an oversized frame); "
                      "reconnecting", self.actor.name, endpoint)

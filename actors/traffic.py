@@ -151,6 +151,8 @@ class Traffic:
         if previous is not None and previous != msg.epoch:
             log.info("%s: peer %s restarted (new epoch)", self.actor.name, msg.src)
             self.rejoin.restarted(msg.src, time.monotonic())
+        elif previous is None and msg.src in self.rejoin.broken:   # heard again after a break
+            self.rejoin.restarted(msg.src, time.monotonic())
         self.peers[msg.src] = msg.epoch
         key = (msg.src, msg.TYPE)
         last = self.last_seq.get(key)

@@ -125,6 +125,12 @@ def test_an_upstream_that_restarted_is_held_until_it_has_sent_again():
                           now_ns=200)
     assert [m.utt for m in taken] == ["u5", "u6", "u7"]
     assert not rejoin.hold(_from_mt("u8"), now=21.0)
+    # A broken link (the sender stopped): held from its first message after it.
+    rejoin.link_lost("mt")
+    assert not rejoin.hold(_from_mt("u8b"), now=22.0) and "mt" in rejoin.broken
+    rejoin.restarted("mt", now=23.0)   # what traffic does when it hears mt again
+    assert rejoin.hold(_from_mt("u9a"), now=23.1) and not rejoin.broken
+    assert [m.utt for m in rejoin.expired(now=28.0)] == ["u9a"]
     # A restarted sender that never catches up is released when its own window ends.
     rejoin.restarted("mt", now=30.0)
     assert rejoin.hold(_from_mt("u9"), now=30.1) and rejoin.expired(now=34.9) == []
