@@ -192,6 +192,9 @@ class Runtime(Traffic):
             pull.setsockopt(zmq.LINGER, 0)
             pull.bind("inproc://out")
             pub = sockets.pub(self.ctx, topo.pub_bind(actor.name), self.curve)
+            recorder = topo.recorder_connect(actor.name)
+            if recorder:   # a session's recorder listens: it hears us from our first message
+                sockets.connect(pub, recorder)
             # Before the output thread owns it: a socket is not shared between threads.
             bound = [self._watch_bound(pub)]
         except zmq.ZMQError as exc:

@@ -166,8 +166,24 @@ class Listener:
                 return
 
 
-#: Two start times of the owner's pid this close are the same process (see `Owner.gone`).
-OWNER_SAME_S = 1.0
+def started_at(pid: int) -> float:
+    """When process `pid` started, by a clock no step moves; psutil.NoSuchProcess if none.
+
+    On Linux the kernel's own record: clock ticks since boot (/proc/PID/stat, field 22),
+    exact for the life of the process. psutil's `create_time` adds that to a boot time it
+    derives from the wall clock, so a clock step (a laptop waking, time synchronisation, a
+    VM resumed) moved it by seconds under a live `interpret`, whose run was then shut down
+    (issue 48). Elsewhere (macOS) the kernel keeps the start as a fixed time: psutil's.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            raise psutil.NoSuchProcess(pid) from None
+        return psutil.Process(pid).create_time()
+    except OSError:
+        return psutil.Process(pid).create_time()
+    return float(stat.rsplit(")", 1)[1].split()[19])   # after "(comm)": field 3 is index 0
 
 
 class Owner:
@@ -176,7 +192,7 @@ class Owner:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         try:
-            self.started = psutil.Process(pid).create_time()
+            self.started = started_at(pid)
         except psutil.Error:
             self.started = None   # gone before we looked
 
@@ -185,13 +201,9 @@ class Owner:
         if self.started is None:
             return True
         try:
-            proc = psutil.Process(self.pid)
-            # Within a second: psutil derives the start time from the boot time, which it
-            # recomputes, and two reads of one live process differed (in CI beside two hogs
-            # the run was shut down under a live interpret). A pid reused within a second
-            # of the owner's start is not a case.
-            return abs(proc.create_time() - self.started) > OWNER_SAME_S or \
-                proc.status() == psutil.STATUS_ZOMBIE
+            if started_at(self.pid) != self.started:
+                return True   # the pid is another process's now
+            return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return True
         except psutil.Error:

@@ -82,14 +82,18 @@ def run_session(topology: Topology, collector, topics: list[bytes], out_dir: Pat
     # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
     original = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+    # Every actor dials this recorder from its start, so a restarted one is heard from its
+    # first message: subscribed to its PUB instead, a restarted mt's translations went out
+    # before our reconnect reached it (0.5-2 s of backoff; mt loads in 0.4-0.9 s) and were
+    # missing from translation.jsonl though they were spoken (CI, test_chaos).
+    bus = BusClient([], topics)
+    recorder = bus.bind()
+    topology = topology.with_overrides({"hosts": {HOST: {"recorder": recorder}}})
     run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
     sup = Supervisor(run_dir)
     sup.write(topology, HOST, captions, owner=os.getpid())   # gone with us, even on SIGKILL
     if captions is not None:
         print(f"voxweft: captions: {captions_url}", flush=True)
-    # Subscribe before anything starts: the file source waits for every actor to be ready,
-    # by which time these subscriptions have long been live.
-    bus = BusClient([topology.pub_connect(a) for a in topology.actors], topics)
     # Which actor is down and why, from supervisord's event listener.
     events = BusClient([topology.events_connect(HOST)], wire.watched("interpret", wire.EVENTS))
     code, reason = 0, ""
@@ -129,7 +133,8 @@ def _follow(topology: Topology, sup: Supervisor, collector, bus: BusClient, even
     board = Board()
     t0 = time.monotonic()
     sup.start()
-    ready = wait_ready(sup, topology, list(topology.actors))
+    # Meanwhile the actors dial the recorder: take them in (see BusClient.attend).
+    ready = wait_ready(sup, topology, list(topology.actors), progress=lambda _: bus.attend())
     print(f"voxweft: pipeline ready in {time.monotonic() - t0:.1f} s; {what}", flush=True)
     collector.verdict = budget.judge(topology, ready, HOST)
     for line in collector.verdict[1]:

@@ -53,6 +53,23 @@ class BusClient:
         for endpoint in endpoints:
             sockets.connect(self.sock, endpoint, self.curve)
 
+    def bind(self, endpoint: str = "tcp://127.0.0.1:*") -> str:
+        """Also listen on `endpoint` for publishers that dial us; returns it, port chosen.
+
+        A publisher that dials is heard from its first message after it starts; one we
+        connect to is heard only once our reconnect (its backoff up to 2 s) reaches it.
+        """
+        sockets.bind(self.sock, endpoint, self.curve)
+        return self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def attend(self) -> None:
+        """Take in the publishers that dialled us since the socket was last used.
+
+        libzmq attaches them, and sends them our subscriptions, only when the socket is
+        used (a poll, a receive): until then what they publish is dropped.
+        """
+        self.sock.getsockopt(zmq.EVENTS)
+
     def receive(self, timeout_s: float | None) -> Received | None:
         """The next frames within `timeout_s` (None: wait for ever), decoded or counted bad."""
         if not self.sock.poll(None if timeout_s is None else int(timeout_s * 1000)):

@@ -99,6 +99,20 @@ class HostTable(Settings):
     public_key: str = ""
     secret_key: str = ""
     allow: list[str] = []
+    # A session's recorder (interpret, bench): an endpoint on this machine that every actor's
+    # PUB dials as well, so that it hears a restarted actor from its first message. Set by the
+    # session runner, not by hand. "" = none.
+    recorder: str = ""
+
+    @field_validator("recorder")
+    @classmethod
+    def _local(cls, endpoint: str) -> str:
+        local = endpoint.startswith("ipc://") or \
+            re.fullmatch(r"tcp://(127\.\d+\.\d+\.\d+|localhost|\[::1\]):\d+", endpoint)
+        if endpoint and not local:
+            raise ValueError(f"recorder = {endpoint!r:.60} must be an endpoint on this machine "
+                             "(tcp://127.0.0.1:PORT or ipc://PATH), or \"\"")
+        return endpoint
 
     @field_validator("public_key")
     @classmethod
@@ -137,6 +151,7 @@ class Host:
     public_key: str = ""
     secret_key: str = ""          # "" = the keys folder's NAME.key_secret
     allow: tuple[str, ...] = ()
+    recorder: str = ""            # a session's recorder, dialled by its actors' PUBs
 
     @property
     def curve(self) -> bool:
@@ -224,6 +239,10 @@ class Topology:
     def pub_connect(self, actor: str) -> str:
         """Endpoint a subscriber connects to for the actor's PUB socket."""
         return f"tcp://{self.host_of(actor).address}:{self.actors[actor].port}"
+
+    def recorder_connect(self, actor: str) -> str:
+        """Endpoint of a session's recorder the actor's PUB dials as well ("" = none)."""
+        return self.host_of(actor).recorder
 
     def push_bind(self) -> str:
         """Endpoint the segmenter's PUSH (segments to ASR) binds."""
@@ -457,7 +476,8 @@ def parse(raw: dict, source: str = "<topology>", host: str | None = None,
         if check_engine is not None and isinstance(config, EngineConfig):
             check_engine(name, config, f"{source}: actors.{name}", host in (None, config.host))
     hosts = {name: Host(name, entry.address, entry.bind or entry.address, entry.events_port,
-                        entry.public_key, entry.secret_key, tuple(entry.allow))
+                        entry.public_key, entry.secret_key, tuple(entry.allow),
+                        entry.recorder)
              for name, entry in checked.hosts.items()}
     glossary = None
     if pipeline.glossary:

@@ -88,7 +88,11 @@ def test_every_actor_killed_twice_nothing_lost_nothing_twice(tmp_path):
     holding = [victim for _, victim, busy in kills if busy]
     assert len(holding) >= len(kills) - 2, f"too few kills landed while holding work: {kills}"
 
-    transcripts = check_whole(out, placed)
+    try:
+        transcripts = check_whole(out, placed)
+    except AssertionError as exc:   # CI shows the message, not the captured output
+        raise AssertionError(f"{exc}\nkills (wall time, victim, holding work): {kills}\n"
+                             f"interpret said: {stdout[-1500:]}") from None
 
     # what each kill cost: end of speech -> first audio of the next utterance, vs the median
     rows = json.loads((out / "latency.json").read_text())["utterances"]

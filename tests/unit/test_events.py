@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
+import psutil
 import pytest
 
 from voxweft.actors.runtime import EXIT_CONFIG, StartupError, permanent
-from voxweft.deploy.events import Board, describe, supervision
+from voxweft.deploy.events import Board, Owner, describe, supervision
 from voxweft.deploy.supervisor import Supervisor, down_for_good, render
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import Supervision
@@ -86,3 +91,27 @@ def test_render_runs_the_event_listener(tmp_path):
     text = render(load(None), "local", tmp_path)
     assert "[eventlistener:events]" in text and "events=PROCESS_STATE" in text
     assert "-m voxweft.deploy.events" in text and "--host local" in text
+
+
+def test_the_owner_is_not_taken_for_gone_when_the_wall_clock_steps(monkeypatch):
+    # A clock step (a laptop waking, NTP, a VM resumed) moved psutil's start time of the live
+    # `interpret` by seconds, and its run was shut down under it (issue 48): the owner is
+    # known by the kernel's boot-relative start, which no step moves.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        owner = Owner(child.pid)
+        assert not owner.gone()
+        real = psutil.Process.create_time
+        monkeypatch.setattr(psutil.Process, "create_time", lambda self: real(self) + 7.0)
+        monkeypatch.setattr(psutil, "boot_time", lambda: 7.0)
+        assert not owner.gone(), "a clock step ended a live run"
+        child.kill()
+        deadline = time.monotonic() + 5
+        while not owner.gone() and time.monotonic() < deadline:   # a zombie is gone
+            time.sleep(0.05)
+        assert owner.gone()
+        child.wait()
+        assert owner.gone()   # and so is a pid that is free
+    finally:
+        child.kill()
+        child.wait()

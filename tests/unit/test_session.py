@@ -26,6 +26,7 @@ class FakeSupervisor:
 
     def write(self, topology, host, captions=None, owner=None):
         assert owner == os.getpid()   # the run ends with this process, however it ends
+        self.topology = topology
         (self.run_dir / "logs").mkdir(parents=True)
         (self.run_dir / "logs" / "asr.log").write_text("asr: starting (pid 1)\n")
 
@@ -46,9 +47,18 @@ class FakeSupervisor:
 class FakeBus:
     """A bus that says each of `messages` once, then nothing."""
 
-    def __init__(self, messages):
+    def __init__(self, messages, endpoints=()):
         self.messages = list(messages)
+        self.endpoints = list(endpoints)
+        self.bound: list[str] = []
         self.closed = False
+
+    def bind(self):
+        self.bound.append("tcp://127.0.0.1:4242")
+        return self.bound[-1]
+
+    def attend(self):
+        pass
 
     def recv(self, _timeout):
         return self.messages.pop(0) if self.messages else None
@@ -79,16 +89,18 @@ def fakes(monkeypatch):
     buses = []
 
     def bus(endpoints, topics):
-        buses.append(FakeBus(["hello", "world"] if not buses else []))
+        buses.append(FakeBus(["hello", "world"] if not buses else [], endpoints))
         return buses[-1]
 
     monkeypatch.setattr(session, "memory_check", lambda *a: (True, "fits in memory"))
     monkeypatch.setattr(session, "Supervisor", FakeSupervisor)
-    monkeypatch.setattr(session, "wait_ready", lambda sup, topology, actors: {})
+    monkeypatch.setattr(session, "wait_ready", lambda sup, topology, actors, progress: {})
     monkeypatch.setattr(session.budget, "judge", lambda *a: (True, ["keeps up"]))
     monkeypatch.setattr(session, "BusClient", bus)
     topology = types.SimpleNamespace(actors={"asr": None}, pub_connect=lambda a: "x",
                                      events_connect=lambda h: "y")
+    topology.with_overrides = lambda extra: types.SimpleNamespace(**{**vars(topology),
+                                                                     "overrides": extra})
     return topology, buses
 
 
@@ -105,6 +117,10 @@ def test_a_session_feeds_the_collector_until_it_is_done_and_keeps_the_logs(fakes
     sup = FakeSupervisor.started[0]
     assert sup.stopped and not sup.run_dir.exists()                 # stopped, run dir gone
     assert all(b.closed for b in buses)
+    # The actors dial the collector's bus (it hears a restarted one from its first message);
+    # it connects to none of them.
+    assert buses[0].bound and buses[0].endpoints == []
+    assert sup.topology.overrides == {"hosts": {session.HOST: {"recorder": buses[0].bound[0]}}}
     assert signal.getsignal(signal.SIGTERM) == before               # handlers given back
     out = capsys.readouterr().out
     assert "voxweft: fits in memory" in out and "testing" in out and "keeps up" in out

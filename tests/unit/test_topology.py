@@ -536,3 +536,14 @@ def test_a_client_key_that_is_no_text_is_named_with_its_client():
     raw = _raw()
     raw["clients"] = {"tap": 5}
     assert _error(raw).startswith(f"{SRC}: clients.tap = 5 is not a CURVE public key")
+
+
+def test_a_session_recorder_is_an_endpoint_on_this_machine():
+    raw = _raw()
+    raw["hosts"]["local"]["recorder"] = "tcp://127.0.0.1:41234"
+    topo = parse(raw, SRC)
+    assert all(topo.recorder_connect(a) == "tcp://127.0.0.1:41234" for a in ACTOR_NAMES)
+    assert topology.load().recorder_connect("mt") == ""   # none unless a session sets one
+    raw["hosts"]["local"]["recorder"] = "tcp://192.168.1.9:41234"   # the bus would leave
+    assert "recorder = 'tcp://192.168.1.9:41234' must be an endpoint on this machine" in \
+        _error(raw)

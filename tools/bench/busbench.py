@@ -91,6 +91,10 @@ class BenchTopology:
         """Endpoint a subscriber connects to (the same: one host)."""
         return self.endpoints[actor]
 
+    def recorder_connect(self, actor: str) -> str:
+        """No session recorder: the receiver subscribes."""
+        return ""
+
     def curve(self, host: str | None = None) -> None:
         """No CURVE: the bench runs on one machine, over ipc or loopback TCP."""
         return None
