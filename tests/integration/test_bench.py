@@ -105,7 +105,9 @@ def test_speculation(report):
     # the drafts of the pauses that ended them (it handles the draft, then the commit).
     assert spec["utterances"] == 2 and spec["drafts_sent"] >= 2
     asr = spec["stages"]["asr"]
-    assert asr["made"] == spec["drafts_sent"] and asr["used"] >= 1
+    # ... and those asr made itself where two drafts of a growing utterance agreed (how many
+    # depends on the machine's speed: 5 made of 4 sent once on 2 cores)
+    assert asr["made"] == spec["drafts_sent"] + spec["agreements"] and asr["used"] >= 1
     assert sum("asr" in row["drafted"] for row in r["utterances"]) == asr["used"]
     assert spec["first_audio_s"]["first_chunk_ahead"]["n"] == spec["stages"]["tts"]["used"]
     assert asr["made"] == asr["used"] + asr["wasted"]   # none left over at the end

@@ -97,6 +97,9 @@ def speculation(collected: BenchCollector, rows: list[dict], duration_s: float) 
     asr = (collected.statuses.get("asr") or [None])[-1]
     if asr is not None:   # grown utterances asr transcribed to check the words to a pause
         out["rechecks"] = asr.counters.get("rechecks", 0)
+        # commits asr made itself when two drafts of a growing utterance agreed: each is a
+        # draft of asr's, not one the segmenter sent at a pause
+        out["agreements"] = asr.counters.get("agreements", 0)
         out["recheck_s"] = round(asr.counters.get("recheck_ms", 0) / 1000, 2)
     for actor in ("asr", "mt", "tts"):
         last = (collected.statuses.get(actor) or [None])[-1]
