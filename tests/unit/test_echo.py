@@ -173,7 +173,7 @@ def test_an_unknown_engine_names_the_choices():
 def test_cancelling_needs_a_microphone_and_a_loudspeaker_on_one_host(tmp_path):
     base = load(None)
     live = {"capture": {"source": "microphone"}, "player": {"sink": "device"}}
-    assert base.with_overrides({"actors": live}).echo_handling == "gate"   # the default
+    assert base.with_overrides({"actors": live}).echo_handling == "cancel"   # the default
     cancel = {**live, "segmenter": {"echo_mode": "cancel"}}
     assert base.with_overrides({"actors": cancel}).echo_handling == "cancel"
     gate = {**live, "segmenter": {"echo_mode": "gate"}}
