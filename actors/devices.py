@@ -70,6 +70,28 @@ def resolve_device(sd, spec: str, kind: str) -> tuple[int | None, dict]:
     return matches[0]
 
 
+def echo_pairing(sd, input_spec: str, output_spec: str) -> tuple[bool, str]:
+    """Whether capture can cancel the player's echo with these two devices, and why, one line.
+
+    The reference and the microphone are aligned by their devices' DAC and ADC times, which
+    PortAudio gives per host API: the two must be found, and on one host API (one clock).
+    """
+    try:
+        i, mic = resolve_device(sd, input_spec, "input")
+        o, out = resolve_device(sd, output_spec, "output")
+    except (StartupError, sd.PortAudioError) as exc:
+        return False, f"cannot pair the devices for echo cancelling: {exc}"
+    apis = [api["name"] for api in sd.query_hostapis()]
+    api_in, api_out = (apis[d["hostapi"]] if d["hostapi"] < len(apis) else "?"
+                       for d in (mic, out))
+    if api_in != api_out:
+        return False, (f"input {mic['name']!r} ({api_in}) and output {out['name']!r} "
+                       f"({api_out}) are on different host APIs, whose clocks are not one: "
+                       "pick both from one (`voxweft devices`), or set echo_mode = \"gate\"")
+    return True, (f"input {mic['name']!r} and output {out['name']!r} ({api_in}) can be "
+                  "paired for echo cancelling")
+
+
 #: Why a stream stopped that we did not stop.
 STREAM_LOST = "the audio stream stopped (device unplugged or sound server gone)"
 

@@ -31,8 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from voxweft.actors import budget
+from voxweft.actors.devices import echo_pairing, open_sounddevice
 from voxweft.actors.engines import label, languages_report, memory_check
+from voxweft.actors.engines.echo import canceller
 from voxweft.actors.settings import topology as settings_topology
+from voxweft.actors.settings.base import StartupError
 from voxweft.actors.settings.manifest import ENGINE_NEEDS, ENGINES, STAGES
 from voxweft.deploy import topology as topo_mod
 from voxweft.deploy.topology import TopologyError
@@ -330,6 +333,9 @@ def topology_report(path: Path, measure_engines: bool, cache: dict | None = None
         except (ImportError, KeyError, ValueError, TypeError) as exc:
             fits, line = None, f"memory on {name}: cannot estimate here ({_one_line(exc)})"
         entry["memory"] = {"fits": fits, "line": line}
+        echo = echo_check(topology, name)
+        if echo:
+            entry["echo"] = echo
         if measure_engines and entry["runs_here"]:
             entry["measured"] = {
                 stage: _measured(stage, topology.actors[stage], base.src_lang, base.tgt_lang,
@@ -342,6 +348,31 @@ def topology_report(path: Path, measure_engines: bool, cache: dict | None = None
         ok, lines = budget.verdict(base, budgets)
         report["verdict"] = {"ok": ok if lines else None, "lines": lines}
     return report
+
+
+def echo_check(topology, host: str) -> dict | None:
+    """Whether the echo can be cancelled here, where this host's microphone hears its speaker.
+
+    The canceller's library, and the two devices paired (actors.devices.echo_pairing). None
+    where the host has no echo path (a file, a WAV, or capture and player apart).
+    """
+    mode = topology.echo_handling
+    if not mode or not (topology.actors["capture"].host == host
+                        or topology.actors["player"].host == host):
+        return None
+    if mode != "cancel":
+        apart = topology.actors["segmenter"].echo_mode == "cancel"
+        return {"ok": True, "line": f"echo: {mode}" + (
+            " (capture and player on different hosts: no common clock to cancel by)"
+            if apart else "")}
+    try:
+        canceller(topology.actors["capture"].echo_engine).load()
+        sd = open_sounddevice("doctor")
+    except StartupError as exc:
+        return {"ok": False, "line": f"echo: cannot cancel here: {exc}"}
+    ok, line = echo_pairing(sd, topology.actors["capture"].device,
+                            topology.actors["player"].device)
+    return {"ok": ok, "line": f"echo: cancel; {line}"}
 
 
 def topology_paths(extra: list[str] | None = None) -> list[Path]:
@@ -430,6 +461,8 @@ def topology_lines(t: dict) -> list[str]:
         here = "runs here" if h["runs_here"] else f"cannot run here: {h['error']}"
         lines += [f"  host {h['host']} ({', '.join(h['actors'])}): {here}",
                   f"    {h['memory']['line']}"]
+        if "echo" in h:
+            lines.append(f"    {h['echo']['line']}")
         measured = h.get("measured", {})
         lines += [f"    {_budget_line(stage, r)}" for stage, r in measured.items()]
         mine = [v for v in verdict if v.startswith((f"budget on {h['host']}:",

@@ -465,3 +465,43 @@ def test_a_microphone_that_sends_exact_zeros_is_said_to_hear_nothing(pulse):  # 
         assert cap.health() == "", "sound came, and capture still says it hears nothing"
     finally:
         cap.close()
+
+
+def test_doctor_says_whether_the_devices_can_be_paired_for_echo_cancelling(pulse):  # noqa: F811
+    import sounddevice as sd
+
+    from voxweft.actors.devices import echo_pairing
+    from voxweft.tools.doctor import echo_check
+
+    ok, line = echo_pairing(sd, DEVICE, DEVICE)
+    assert ok and f"input {DEVICE!r} and output {DEVICE!r}" in line, line
+    ok, line = echo_pairing(sd, DEVICE, "no such speaker")
+    assert not ok and "'no such speaker' not found" in line, line
+    live = {"capture": {"source": "microphone", "device": DEVICE},
+            "player": {"sink": "device", "device": DEVICE}}
+    echo = echo_check(load(None).with_overrides({"actors": live}), "local")
+    assert echo["ok"] and echo["line"].startswith("echo: cancel; input"), echo
+    gated = echo_check(load(None).with_overrides(
+        {"actors": {**live, "segmenter": {"echo_mode": "gate"}}}), "local")
+    assert gated == {"ok": True, "line": "echo: gate"}
+    to_file = {**live, "player": {"sink": "wav", "path": "o.wav"}}
+    assert echo_check(load(None).with_overrides({"actors": to_file}), "local") is None
+
+    class TwoApis:   # a microphone on one host API, a loudspeaker on another: two clocks
+        PortAudioError = sd.PortAudioError
+        default = type("D", (), {"device": (0, 1)})()
+
+        @staticmethod
+        def query_hostapis():
+            return [{"name": "ALSA"}, {"name": "JACK Audio Connection Kit"}]
+
+        @staticmethod
+        def query_devices(kind=None):
+            devices = [{"name": "mic", "max_input_channels": 1, "max_output_channels": 0,
+                        "hostapi": 0},
+                       {"name": "speaker", "max_input_channels": 0, "max_output_channels": 2,
+                        "hostapi": 1}]
+            return devices if kind is None else devices[0 if kind == "input" else 1]
+
+    ok, line = echo_pairing(TwoApis, "mic", "speaker")
+    assert not ok and "different host APIs" in line and 'echo_mode = "gate"' in line, line
