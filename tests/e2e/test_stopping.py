@@ -16,15 +16,35 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
+from voxweft.actors.settings.actors import ACTOR_NAMES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
+def run_processes(marker: str) -> dict[str, list[int]]:
+    """The processes of the run whose files are under `marker`, by kind: supervisord, its event
+    listener ("events") and each actor. (Before, only supervisord was ever matched: an actor's
+    command line says `voxweft.actors`, never `actors` alone, issue 48.)"""
+    found: dict[str, list[int]] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if p.pid == os.getpid() or not any(marker in c for c in cmd):
+            continue
+        if "voxweft.actors" in cmd and "--actor" in cmd[:-1]:
+            kind = cmd[cmd.index("--actor") + 1]
+        elif "voxweft.deploy.events" in cmd:
+            kind = "events"
+        elif any("supervisord" in c for c in cmd):
+            kind = "supervisord"
+        else:
+            kind = " ".join(cmd)[:80]   # anything else of the run is left behind too
+        found.setdefault(kind, []).append(p.pid)
+    return found
+
+
 def actor_pids(marker: str) -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if any(marker in c for c in (p.info["cmdline"] or []))
-            and ("actors" in (p.info["cmdline"] or []) or
-                 any("supervisord" in c for c in (p.info["cmdline"] or [])))]
+    """Every process of the run under `marker` (see run_processes)."""
+    return [pid for pids in run_processes(marker).values() for pid in pids]
 
 
 @pytest.mark.parametrize(("command", "signum"), [("interpret", signal.SIGTERM),
@@ -119,5 +139,7 @@ def _wait_for_a_translation(proc, run_root) -> str:
         printed.append(line)
         if "] pt:" in line or time.monotonic() > deadline:
             break
-    assert actor_pids(str(run_root)), "no actor found running"
+    running = run_processes(str(run_root))
+    # the check sees what it must see gone: supervisord, its listener and the six actors
+    assert {"supervisord", "events", *ACTOR_NAMES} <= set(running), running
     return "".join(printed)
