@@ -115,7 +115,8 @@ class PlayerActor(Actor):
         self.tts_back = 0.0          # monotonic time tts (re)started working for us
         self.answered: dict[str, float] = {}   # utterance -> when we last said its Done again
         # holder -> (monotonic heard, what its last heartbeat says it holds)
-        self.holding: dict[str, tuple[float, set[str]]] = {}
+        self.holding: dict[str, tuple[float, list[str]]] = {}
+        self.waited: set[str] = set()   # utterances held back for an earlier one (counted once)
         self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
         self.reported: dict[str, int] = {}   # what `progress` says (made by tick)
         # What we play, for capture to cancel its echo (actors.echo): a device only.
@@ -136,7 +137,7 @@ class PlayerActor(Actor):
         if msg.src not in HOLDERS:
             return []
         now = time.monotonic()
-        self.holding[msg.src] = (now, set(msg.holding))
+        self.holding[msg.src] = (now, list(msg.holding))   # oldest first: the send order
         again = [utt for utt in msg.holding if utt in self.done
                  and now - self.answered.get(utt, -ANSWER_EVERY_S) >= ANSWER_EVERY_S]
         for utt in again:
@@ -365,9 +366,45 @@ class PlayerActor(Actor):
                               lambda: self.sink.describe() if self.sink.reopen() else ""):
             self.cut_next = True
 
+    def _head(self) -> Utterance | None:
+        """The utterance to write next; None while an earlier one is still to come.
+
+        Reading a file, the send order tts lists (the utterances it holds, oldest first)
+        decides among those not started: a player restarted while tts was making the next
+        one got the later ones live and the one its predecessor died with only in tts's
+        resend, 10 s later (tts noticed the restart only between two syntheses), and wrote
+        utterance 2 before 1 (test_kills_close). An earlier one tts holds that is neither
+        here nor done is waited for (at most HELD_WAIT_S after the head's last chunk).
+        """
+        first = next(iter(self.queue.values()))
+        if self.config.sink != "wav" or first.started_ns is not None:
+            return first
+        heard, order = self.holding.get("tts", (0.0, []))
+        now = time.monotonic()
+        if now - heard >= HOLDER_SILENT_S or first.utt not in order:
+            return first
+        earlier = order[:order.index(first.utt)]
+        here = [self.queue[utt] for utt in earlier if utt in self.queue]
+        if here:
+            return here[0]
+        if now - first.last_arrival < HELD_WAIT_S and \
+                any(utt not in self.done for utt in earlier):
+            if first.utt not in self.waited:
+                self.waited.add(first.utt)
+                self.counters["waited_for_earlier"] += 1
+            if self._tts_working() and not self._tts_making() and \
+                    now - self.asked_again > self.config.gap_timeout_ms / 1000:
+                self.asked_again = now   # tts idles and has not sent it: ask (see below)
+                self.counters["asked_again"] += 1
+                self.again.add("tts")
+            return None
+        return first
+
     def _advance(self) -> None:
         while self.queue:
-            u = next(iter(self.queue.values()))
+            u = self._head()
+            if u is None:
+                return
             self._feed(u)
             if self.sink.busy_until_ns() > now_ns() or not self._tts_working() \
                     or self._tts_making():
@@ -520,6 +557,7 @@ class PlayerActor(Actor):
                              "each: %s of %s", u.utt, u.spans, u.of)
         del self.queue[u.utt]
         self.done.add(u.utt)
+        self.waited.discard(u.utt)
         self._write(u, self._flush(u), end=True)   # the last chunk never came
         self.sink.finished(u.utt, u.complete, u.played_s, u.spans, u.of)
         # Upstream stages may forget it now: it is in the sink, whole or as whole as it gets.

@@ -311,9 +311,19 @@ class Supervisor:
                               f"{self.run_dir / 'supervisord.log'}")
 
     def processes(self) -> dict[str, dict]:
-        """Supervisord's view of each actor: statename, pid, exitstatus..."""
-        return {p["name"]: p for p in self.rpc().supervisor.getAllProcessInfo()
-                if p["group"] == GROUP}
+        """Supervisord's view of each actor: statename, pid, exitstatus...
+
+        SupervisorError, one line, when supervisord does not answer: it stopped or was
+        killed, and its actors with it (`interpret` ended in a FileNotFoundError traceback
+        on its socket, issue 48).
+        """
+        try:
+            info = self.rpc().supervisor.getAllProcessInfo()
+        except (OSError, xmlrpc.client.ProtocolError) as exc:
+            raise SupervisorError(f"supervisord is gone ({type(exc).__name__}: {exc}); the "
+                                  f"actors stopped with it: see {self.run_dir}/supervisord.log"
+                                  ) from None
+        return {p["name"]: p for p in info if p["group"] == GROUP}
 
     def log_tail(self, actor: str, lines: int = 5) -> str:
         """The last lines of an actor's log."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -596,3 +597,23 @@ def test_player_counts_the_holes_heard_inside_an_utterance(tmp_path):
     (done,) = [m for m in out if isinstance(m, PlaybackEvent) and m.event == "finished"]
     assert done.underruns == 1 and 0.15 < done.underrun_s < 0.5, done
     assert p.counters["underruns_inside"] == 1
+
+
+def test_player_reading_a_file_writes_what_tts_sent_first_first(tmp_path):
+    # test_kills_close: the player was killed while it had utterance 1; its successor got 2
+    # and 3 live while tts made them, and 1 only in tts's resend, 10 s later (tts noticed the
+    # restart between two syntheses): output.wav had 2 before 1. Reading a file, what tts
+    # lists as held (oldest first) decides the order of what has not started.
+    p = player(tmp_path, gap_ms=100)
+    holds = Status(state="ready", src="tts", epoch=1, holding=["u1", "u2", "u3"])
+    busy = Status(state="ready", src="tts", epoch=1, holding=["u1", "u2", "u3"], busy_s=0.5)
+    out = run_actor(p, [holds, busy, chunk("u2", 0), chunk("u2", 1, True), chunk("u3", 0),
+                        chunk("u3", 1, True)], src="tts", ticks=10, tick_sleep_s=0.02)
+    assert not [m for m in out if isinstance(m, PlaybackEvent)], "u2 written before u1"
+    assert p.counters["waited_for_earlier"] == 1
+    out += run_actor(p, [busy, chunk("u1", 0), chunk("u1", 1, True)], src="tts", ticks=30,
+                     tick_sleep_s=0.02, loaded=True)
+    p.close()
+    journal = [json.loads(x) for x in (tmp_path / "out.wav.journal").read_text().splitlines()]
+    assert [j["utt"] for j in journal if "utt" in j] == ["u1", "u2", "u3"]
+    assert all(j["complete"] for j in journal if "utt" in j)

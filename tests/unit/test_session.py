@@ -164,3 +164,12 @@ def test_a_stop_reaches_voxweft_even_when_its_starter_blocked_it(tmp_path, signu
         if proc.poll() is None:
             proc.kill()
     assert code in (0, -signum, 128 + signum), (code, proc.stderr.read())   # tap: 0 on Ctrl-C
+
+
+def test_a_supervisord_that_is_gone_is_one_line_not_a_traceback(tmp_path):
+    # supervisord killed under a live `interpret`: its socket is gone, and the session's
+    # check of the actors ended in a FileNotFoundError traceback, outputs unwritten (issue 48).
+    from voxweft.deploy.supervisor import Supervisor, SupervisorError
+
+    with pytest.raises(SupervisorError, match="supervisord is gone .*the actors stopped with it"):
+        Supervisor(tmp_path / "run").processes()
