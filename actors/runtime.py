@@ -354,8 +354,10 @@ class Runtime(Traffic):
                 for sock in inputs:
                     if sock in events:
                         self._receive(sock)
-                for held in self.rejoin.expired(time.monotonic()):
-                    self._take(held)
+                if self.rejoin.held:
+                    pending = any(sock.poll(0) for sock in inputs)
+                    for held in self.rejoin.expired(time.monotonic(), pending):
+                        self._take(held)
                 for mon, sock in monitors.items():
                     if mon in events:
                         self._reconnect(mon, sock)

@@ -209,3 +209,20 @@ def test_a_stage_does_no_work_on_an_utterance_already_done_and_lists_what_it_hol
         for sock in (inbound, feed, sink, rt.out):
             sock.close(0)
         rt.ctx.term()
+
+
+def test_a_window_that_closes_while_our_own_queue_holds_messages_waits_for_them():
+    # A restarted tts made drafts for 6 s beside two hogs; its window closed meanwhile and the
+    # live utterance 5 it held was spoken before 0-4, which mt had sent again and which sat in
+    # tts's own queue behind the drafts (test_kills_close). While input is pending, what is
+    # held waits (at most another window); the resend, taken after the window, is not held.
+    rejoin = Rejoin("tts", window_s=5.0, upstreams=frozenset({"mt"}))
+    rejoin.ready(now=0.0)
+    assert rejoin.hold(_from_mt("u5"), now=1.0)
+    assert rejoin.expired(now=6.0, pending=True) == []
+    assert not rejoin.hold(_from_mt("u0"), now=6.1)          # the resend, as it comes
+    assert [m.utt for m in rejoin.expired(now=6.2)] == ["u5"]
+    late = Rejoin("tts", window_s=5.0, upstreams=frozenset({"mt"}))
+    late.ready(now=0.0)
+    assert late.hold(_from_mt("u5"), now=1.0)
+    assert [m.utt for m in late.expired(now=10.0, pending=True)] == ["u5"]   # bounded
