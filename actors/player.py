@@ -165,11 +165,16 @@ class PlayerActor(Actor):
             return False
         held = {src for src, (heard, utts) in self.holding.items()
                 if u.utt in utts and now - heard < HOLDER_SILENT_S}
-        if "tts" in held and now - self.asked_again > self.config.gap_timeout_ms / 1000:
+        if "tts" in held:
+            self._ask_tts_again(now)
+        return bool(held)
+
+    def _ask_tts_again(self, now: float) -> None:
+        """Ask tts to send again all it holds (counted as a broken link), at most once a gap."""
+        if now - self.asked_again > self.config.gap_timeout_ms / 1000:
             self.asked_again = now
             self.counters["asked_again"] += 1
             self.again.add("tts")
-        return bool(held)
 
     def _session(self) -> str:
         """The session: the frozen topology file `up` and `interpret` write for each run."""
@@ -392,11 +397,8 @@ class PlayerActor(Actor):
             if first.utt not in self.waited:
                 self.waited.add(first.utt)
                 self.counters["waited_for_earlier"] += 1
-            if self._tts_working() and not self._tts_making() and \
-                    now - self.asked_again > self.config.gap_timeout_ms / 1000:
-                self.asked_again = now   # tts idles and has not sent it: ask (see below)
-                self.counters["asked_again"] += 1
-                self.again.add("tts")
+            if self._tts_working() and not self._tts_making():
+                self._ask_tts_again(now)   # tts idles and has not sent it
             return None
         return first
 
