@@ -27,6 +27,7 @@ import zmq
 from voxweft.actors.actor import Actor
 from voxweft.actors.clock import Clocks
 from voxweft.actors.custody import Finished, Outbox, Rejoin, Resync, Seen
+from voxweft.actors.faults import injected_fault
 from voxweft.protocol import bus
 from voxweft.protocol.codec import ProtocolError, decode, encode
 from voxweft.protocol.messages import (
@@ -70,7 +71,7 @@ class Traffic:
         self.rejoin = Rejoin(actor.name, upstreams=frozenset(
             src for src, _kind in actor.subscriptions()))
         self.links: collections.Counter[str] = collections.Counter()   # see Status.links
-        self.fault = _parse_fault(os.environ.get("VOXWEFT_FAULT", ""), actor.name)
+        self.fault = injected_fault(actor.name)
         # Clocks across hosts: the last heartbeat heard from each peer (its sent_ns, our
         # receive time), what that makes of each host's clock (actors.clock), and when each
         # peer whose heartbeat we take was last heard (Status.unreachable).
@@ -137,13 +138,8 @@ class Traffic:
     def _emit(self, outputs: Iterable[Message] | None) -> None:
         # Each output goes out as soon as it is produced: streamed TTS chunks must not wait
         # for the end of the utterance. Nothing is held while the generator runs.
-        slower = self.fault[1] if self.fault and self.fault[0] == "slower" else 1
-        made = time.monotonic()
         for out in outputs or ():
-            if slower > 1:   # a machine `slower` times slower: each output takes that long
-                time.sleep((slower - 1) * (time.monotonic() - made))
             self.send(out)
-            made = time.monotonic()
 
     # -- receiving ------------------------------------------------------------------------
     def _note(self, msg: Message) -> None:
@@ -261,24 +257,3 @@ class Traffic:
         finally:
             self.busy_since = None
             self.actor.ready_ns = now_ns()
-
-
-def _parse_fault(spec: str, actor: str = "") -> tuple[str, int] | None:
-    """The VOXWEFT_FAULT a test injects into this actor, or None.
-
-    'crash_after:N' (exit 3 after N inputs), 'fail_load', 'flaky_load:N' (the first N load
-    attempts fail), 'slower:N' (every output takes N times as long to make, as on a machine
-    N times slower). 'ACTOR/...' applies it to that actor only.
-    """
-    if not spec:
-        return None
-    if "/" in spec:
-        only, _, spec = spec.partition("/")
-        if only != actor:
-            return None
-    name, _, arg = spec.partition(":")
-    if name not in ("crash_after", "fail_load", "flaky_load", "slower"):
-        log.warning("ignoring unknown VOXWEFT_FAULT %r", spec)
-        return None
-    return name, int(arg or 0)
-

@@ -14,6 +14,7 @@ from voxweft.actors import budget, condense, engines, lag
 from voxweft.actors.actor import EngineActor
 from voxweft.actors.drafts import Drafts
 from voxweft.actors.engines.tts import Spoken, Timed
+from voxweft.actors.faults import injected_fault
 from voxweft.actors.voice import VoiceMemory
 from voxweft.protocol.messages import (
     BUS_RATE,
@@ -70,6 +71,9 @@ class TtsActor(EngineActor):
         self.s_per_char: float | None = None
         # Seconds the engines spent making speech, and the speech made (counted in _counted).
         self.engine_s = self.made_s = 0.0
+        # VOXWEFT_FAULT pace:S (tests): every second of speech takes at least S s to make.
+        fault = injected_fault(self.name)
+        self.pace_s = fault[1] if fault and fault[0] == "pace" else 0.0
         # First chunks of draft translations (speculative endpointing), by text and language.
         self.drafts = Drafts(self.counters, on_drop=lambda draft: draft.rest.close())
         # The player's last word on each utterance it has begun: how many of its words it
@@ -197,7 +201,7 @@ class TtsActor(EngineActor):
         it (not waiting between chunks); `pieces`: pieces of a plan made (a model call
         each); `made_ms`: speech made.
         """
-        timed, piece = Timed(spoken), None
+        timed, piece = Timed(_paced(spoken, rate, self.pace_s) if self.pace_s else spoken), None
         self.counters["syntheses"] += 1
         try:
             for item in timed:
@@ -377,3 +381,17 @@ def _until_it_fails(make):
         yield from make()
     except Exception as exc:  # noqa: BLE001 - any engine error: said, counted, closed
         yield exc
+
+
+def _paced(spoken: Iterator[Spoken], rate: int, s_per_s: float) -> Iterator[Spoken]:
+    """`spoken`, each item made in at least `s_per_s` seconds per second of its speech.
+
+    The fault `pace:S`: a machine on which this voice is that slow, in seconds (a factor on
+    this machine's own time made a test's premise depend on the machine, and the drafts
+    made ahead, which do not pass through the runtime's output, were made at full speed).
+    """
+    start = time.monotonic()
+    for item in spoken:
+        time.sleep(max(0.0, start + s_per_s * len(item.pcm) / rate - time.monotonic()))
+        yield item
+        start = time.monotonic()

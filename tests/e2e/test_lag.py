@@ -1,8 +1,9 @@
 """Bounded lag, end to end: a speaker who does not stop, on a machine too slow for them.
 
 `voxweft interpret --live` plays a recording of continuous speech (0.3 s pauses) in real
-time through the whole pipeline, with tts four times slower (VOXWEFT_FAULT: each chunk
-takes four times as long to make, as on a much slower machine). The listener must never
+time through the whole pipeline, with a tts that needs PACE_S seconds to make each second
+of speech (VOXWEFT_FAULT pace: as on a much slower machine, whatever this machine's speed;
+drafts made ahead too). The listener must never
 hear a translation start much later than `max_lag_s` after its speech ended; what could not
 be spoken in time is still transcribed, translated and kept in the outputs, marked. The
 same recording without --live speaks all.
@@ -25,6 +26,9 @@ MAX_LAG_S = 8.0        # the default topology's bound
 #: Beyond the bound, what the decision cannot see: synthesizing the first chunk when the
 #: machine is busier than at warm-up, and the player's jitter buffer.
 SLACK_S = 2.5
+#: Seconds tts takes to make a second of speech: slower than the speaker on any machine
+#: (Portuguese at the catch-up speed 1.4 is ~0.85 s per second of English: 1.7 s of making).
+PACE_S = 2.0
 
 
 def _run(tmp_path, name: str, live: bool) -> tuple[subprocess.CompletedProcess, list, list]:
@@ -32,7 +36,7 @@ def _run(tmp_path, name: str, live: bool) -> tuple[subprocess.CompletedProcess, 
     cmd = [*VOXWEFT, "interpret", "--input", str(tmp_path / "talk.wav"), "--out", str(out)]
     run = subprocess.run(cmd + (["--live"] if live else []), cwd=ROOT, capture_output=True,
                          text=True, timeout=600,
-                         env={**os.environ, "VOXWEFT_FAULT": "tts/slower:4"})
+                         env={**os.environ, "VOXWEFT_FAULT": f"tts/pace:{PACE_S}"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = [json.loads(x) for x in (out / "translation.jsonl").read_text().splitlines()]
     latency = json.loads((out / "latency.json").read_text())["utterances"]
@@ -46,7 +50,7 @@ def test_a_slow_machine_skips_what_would_be_too_late_and_keeps_it_in_the_outputs
     # Nothing lost from the text: every utterance transcribed and translated, in order.
     assert by_clip(rows, placed, tmp_path / "talk.wav") and all(r["text"] for r in rows)
     skipped = [r for r in rows if not r["spoken"]]
-    assert skipped, "tts four times slower must fall behind continuous speech"
+    assert skipped, "a tts slower than the speaker must fall behind continuous speech"
     assert all("behind the speaker" in r["not_spoken"] for r in skipped)
     assert len(skipped) < len(rows), "the newest utterances are still spoken"
     for r in skipped:   # said where it happened, and marked in the subtitles
