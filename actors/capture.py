@@ -310,20 +310,28 @@ class CaptureActor(Actor):
 
     def _frames(self, frames: list[np.ndarray], mic_ns: int | None) -> Iterator[AudioFrame]:
         for pcm in frames:
-            media_s = self.sent_samples / BUS_RATE
-            if mic_ns is not None:
-                capture_ns = mic_ns
-                if self.echo is not None:
-                    pcm = self.echo.cancel(pcm, mic_ns)
+            if mic_ns is not None and self.echo is not None:
+                # Without the loudspeaker: what the canceller lets go on (held while it
+                # learns the room, then late, in frames of this size, each at its own time).
+                out, out_ns = self.echo.cancel(pcm, mic_ns)
+                step = max(len(pcm), 1)
+                for k in range(0, len(out), step):
+                    yield self._frame(out[k:k + step], out_ns + k * 10**9 // BUS_RATE)
+            elif mic_ns is not None:
+                yield self._frame(pcm, mic_ns)
             elif self.config.fast:
-                capture_ns = time.time_ns()
+                yield self._frame(pcm, time.time_ns())
             else:
                 # Real-time pacing: the sample was "spoken" at its scheduled time.
-                capture_ns = self.start_ns + int(media_s * 1e9)
-            self.sent += 1
-            self.sent_samples += len(pcm)
-            yield AudioFrame(sample_rate=BUS_RATE, pcm=pcm, media_s=media_s,
-                             capture_ns=capture_ns, stream=self.stream, for_epoch=self.feeding)
+                yield self._frame(pcm, self.start_ns + self.sent_samples * 10**9 // BUS_RATE)
+
+    def _frame(self, pcm: np.ndarray, capture_ns: int) -> AudioFrame:
+        """The next frame of the stream, its first sample captured at `capture_ns`."""
+        media_s = self.sent_samples / BUS_RATE
+        self.sent += 1
+        self.sent_samples += len(pcm)
+        return AudioFrame(sample_rate=BUS_RATE, pcm=pcm, media_s=media_s,
+                          capture_ns=capture_ns, stream=self.stream, for_epoch=self.feeding)
 
     def tick_interval_s(self) -> float:
         """Wake at the next frame boundary."""

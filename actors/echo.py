@@ -16,7 +16,10 @@ early, so an echo slightly ahead of what the stamps say is still after its refer
 canceller learns the rest, the room's delay and reverberation.
 
 Until the canceller has learnt the room (`converged`), what the microphone hears while the
-loudspeaker plays is silenced, as the gate does; from then on the speaker is heard over it.
+loudspeaker plays is held back, not passed on; once it has, the filter goes over what it held
+again, now that it knows the room, and passes that on, late once (the speaker's words of
+those seconds kept: silenced as the gate does, they were lost). Held too long, or the
+loudspeaker stopped before the filter learnt the room, what was held goes on silenced.
 It also says how it goes (`state()`, in capture's heartbeat, `voxweft status` and `watch`):
 the echo's delay (the peak of the learnt echo path), how much quieter the microphone got
 while the loudspeaker played, and whether that is enough to call it converged.
@@ -60,17 +63,26 @@ PLAYING_RMS = 1e-3
 SMOOTH = 0.005
 #: Removed this much (dB) over WINDOW_BLOCKS of playing: converged, for good (the filter
 #: then follows a changing room by itself). Double talk lowers the figure (the speaker is
-#: not removed), so a window where the speaker pauses is what first shows it. Until then the
-#: microphone is silenced while the loudspeaker plays, as the gate does (measured: speex
-#: reaches it after 5-10 s of playing; docs/echo.md).
+#: not removed), so a window where the speaker pauses is what first shows it. Until then
+#: what the microphone hears while the loudspeaker plays is held (measured: speex reaches
+#: it after 5-10 s of playing; docs/echo.md).
 CONVERGED_DB = 15.0
 WINDOW_BLOCKS = 50   # 0.5 s
 #: ... or after this much playing, whatever was measured: a speaker who never pauses while the
 #: loudspeaker plays (continuous speech) gives no window of single talk, and would stay
-#: silenced for good. Live (the null sink, three readers talking on): silenced for 8 s, the
-#: speaker's words heard 44 %; for 2 s, 74 %; never, 80 % (headphones: 95 %), and in none of
-#: the three was the loudspeaker interpreted (speex removed 22-28 dB once it played alone).
+#: held for good. Live (the null sink, three readers talking on; when what was not learnt
+#: was silenced, not held): silenced for 8 s, the speaker's words heard 44 %; for 2 s, 74 %;
+#: never, 80 % (headphones: 95 %), and in none of the three was the loudspeaker interpreted
+#: (speex removed 22-28 dB once it played alone).
 CONVERGED_PLAYING_MS = 2000
+#: Held at most this long while the filter learns (then what was held goes on silenced):
+#: the time to converge plus the pauses of a loudspeaker that plays in short bursts.
+HOLD_MAX_MS = 3000
+#: Times the filter goes over what it held before that goes on: it learns from the same
+#: seconds again (offline, 2 s of a loudspeaker in an 80 ms, RT60 0.4 s room: what was held
+#: lost 4.3 dB of echo after one pass, 8.2 after two, 13.0 after four, 14.6 after eight;
+#: the two seconds after it 7.4, 9.9, 11.1, 11.4).
+AGAIN_PASSES = 4
 
 
 def describe(state: dict[str, float]) -> str:
@@ -153,6 +165,13 @@ class EchoPath:
         self.tail_ns = engine.filter_ms * 10**6   # an echo lasts this long after it plays
         self.converged = False
         self.window = [0.0, 0.0, 0]   # microphone and output energy over playing blocks
+        # Held while the filter learns: per block the microphone, its reference, what the
+        # learning filter made of it, and whether the loudspeaker may be in it; `before`:
+        # the blocks just before the first held one (their history primes a second pass).
+        self.held: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
+        self.held_ns = 0
+        self.before: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque(
+            maxlen=-(-engine.filter_ms // (1000 * BLOCK // BUS_RATE)))
 
     # -- the reference ----------------------------------------------------------------------
     def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
@@ -219,12 +238,13 @@ class EchoPath:
         return ref
 
     # -- the microphone ---------------------------------------------------------------------
-    def cancel(self, pcm: np.ndarray, first_ns: int) -> np.ndarray:
+    def cancel(self, pcm: np.ndarray, first_ns: int) -> tuple[np.ndarray, int]:
         """`pcm` (a microphone frame, BUS_RATE, first sample at `first_ns`) without the echo.
 
-        Frames of whole blocks go straight through; a frame that is not (another frame_ms)
-        keeps its remainder for the next, so the output is as long as the input, late by at
-        most one block.
+        Returns what can go on now and the wall ns of its first sample: `pcm` itself, cancelled,
+        for frames of whole blocks (a frame that is not keeps its remainder for the next);
+        nothing while the filter learns the room with the loudspeaker playing, and all it
+        held, cancelled again, once it has. Every sample goes on once, in order.
         """
         if not len(self.pending):
             self.pending_ns = first_ns
@@ -232,18 +252,19 @@ class EchoPath:
         whole = len(mic) - len(mic) % BLOCK
         ref = self._aligned(self.pending_ns, whole)
         out = self.engine.process(mic[:whole], ref) if whole else np.zeros(0, np.float32)
-        out = self._account(self.pending_ns, ref, mic[:whole], out)
+        out, out_ns = self._account(self.pending_ns, ref, mic[:whole], out)
         self.pending = mic[whole:]
         self.pending_ns += whole * 10**9 // BUS_RATE
-        if len(out) < len(pcm):   # the first frames of an odd frame size: keep the length
-            out = np.concatenate([np.zeros(len(pcm) - len(out), np.float32), out])
-        return out[len(out) - len(pcm):]
+        return out, out_ns
 
     def _account(self, start_ns: int, ref: np.ndarray, mic: np.ndarray,
-                 out: np.ndarray) -> np.ndarray:
-        """Measure each block; until converged, silence what may still hold the echo."""
+                 out: np.ndarray) -> tuple[np.ndarray, int]:
+        """Measure each block; until converged, hold what may still hold the echo."""
+        ready: list[np.ndarray] = []
+        ready_ns = None
         for i in range(0, len(ref) - BLOCK + 1, BLOCK):
             block_ns = start_ns + i * 10**9 // BUS_RATE
+            learning = not self.converged
             if np.sqrt(np.mean(ref[i:i + BLOCK] ** 2)) >= PLAYING_RMS:
                 self.playing_until_ns = block_ns + BLOCK * 10**9 // BUS_RATE
                 self.counters["echo_playing_ms"] += BLOCK * 1000 // BUS_RATE
@@ -254,12 +275,65 @@ class EchoPath:
                 self.mic_energy += SMOOTH * (m - self.mic_energy)
                 self.out_energy += SMOOTH * (o - self.out_energy)
                 self._converging(m, o)
-            if not self.converged and block_ns < self.playing_until_ns + self.tail_ns:
+            block = slice(i, i + BLOCK)
+            echo = learning and block_ns < self.playing_until_ns + self.tail_ns
+            if echo or self.held:
                 # Not learnt yet: what the microphone hears while the loudspeaker plays may
-                # be the loudspeaker, so it is silence, as with echo_mode "gate".
-                out[i:i + BLOCK] = 0.0
-                self.counters["echo_gated_ms"] += BLOCK * 1000 // BUS_RATE
+                # be the loudspeaker. Held, and everything after it, until it is learnt.
+                if not self.held:
+                    self.held_ns = block_ns
+                self.held.append((mic[block], ref[block], out[block], echo))
+            else:
+                self.before.append((mic[block], ref[block]))
+                ready.append(out[block])
+                ready_ns = block_ns if ready_ns is None else ready_ns
+        if self.held:
+            late_ms = len(self.held) * 1000 * BLOCK // BUS_RATE
+            if self.converged:
+                ready.append(self._again())
+            elif not self.held[-1][3] or late_ms >= HOLD_MAX_MS:
+                ready.append(self._silenced())
+            if not self.held:
+                ready_ns = self.held_ns if ready_ns is None else ready_ns
+                self.counters["echo_held_max_ms"] = max(self.counters["echo_held_max_ms"],
+                                                        late_ms)
+        out = np.concatenate(ready) if ready else np.zeros(0, np.float32)
+        return out, start_ns if ready_ns is None else ready_ns
+
+    def _again(self) -> np.ndarray:
+        """What was held, through the filter again now that it has learnt the room.
+
+        The blocks before the held ones go through first (their output dropped): the filter
+        then looks back on what really came before. The filter ends where it was, after the
+        newest block, so what comes next follows on.
+        """
+        mic = np.concatenate([m for m, _r, _o, _e in self.held])
+        ref = np.concatenate([r for _m, r, _o, _e in self.held])
+        for _ in range(AGAIN_PASSES):
+            if self.before:
+                self.engine.process(np.concatenate([m for m, _r in self.before]),
+                                    np.concatenate([r for _m, r in self.before]))
+            out = self.engine.process(mic, ref)
+        self.counters["echo_again_ms"] += len(mic) * 1000 // BUS_RATE
+        self._drop_held()
         return out
+
+    def _silenced(self) -> np.ndarray:
+        """What was held, when the filter did not learn the room in time.
+
+        What the loudspeaker may be in is silence, as with echo_mode "gate".
+        """
+        out = []
+        for _m, _r, made, echo in self.held:
+            out.append(np.zeros_like(made) if echo else made)
+            if echo:
+                self.counters["echo_gated_ms"] += BLOCK * 1000 // BUS_RATE
+        self._drop_held()
+        return np.concatenate(out)
+
+    def _drop_held(self) -> None:
+        self.before.extend((m, r) for m, r, _o, _e in self.held)
+        self.held = []
 
     def _converging(self, mic_energy: float, out_energy: float) -> None:
         """Latch `converged` once a window of playing has lost CONVERGED_DB (or time is up)."""

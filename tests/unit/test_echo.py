@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soxr
 
-from voxweft.actors.echo import LEAD_MS, EchoPath, Reference
+from voxweft.actors.echo import HOLD_MAX_MS, LEAD_MS, EchoPath, Reference
 from voxweft.actors.engines.echo import BLOCK, canceller
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import BUS_RATE
@@ -63,7 +63,7 @@ def run_path(near, far, delay_ms, skew_ms=0.0, frame=320, engine="speex", jitter
 
     for i in range(0, n, BUS_RATE // 2):   # the player's pieces, published ahead of playing
         path.played(i, far[i:i + BUS_RATE // 2], (i, stamp(i) + int(skew_ms * 1e6)))
-    out = np.concatenate([path.cancel(mic[i:i + frame], stamp(i))
+    out = np.concatenate([path.cancel(mic[i:i + frame], stamp(i))[0]
                           for i in range(0, n - frame + 1, frame)])
     return mic[:len(out)], echo[:len(out)], out, start, path, counters
 
@@ -102,12 +102,76 @@ def test_webrtc_removes_the_echo_and_turns_the_speaker_down(voices):
     assert float(np.dot(out[both], said) / np.dot(said, said)) < 0.8
 
 
-def test_until_converged_the_loudspeaker_is_silenced(voices):
-    # Half duplex while the room is not learnt: the echo never reaches the segmenter.
+def feed(mic: np.ndarray, far: np.ndarray, frame: int = 320):
+    """`mic` through a fresh EchoPath with `far` played from sample 0: what each call returned."""
+    counters = collections.Counter()
+    eng = canceller("speex", 512)
+    eng.load()
+    path = EchoPath(eng, counters)
+    for i in range(0, len(far), BUS_RATE // 2):
+        path.played(i, far[i:i + BUS_RATE // 2], (i, T0 + i * 10**9 // BUS_RATE))
+    calls = [path.cancel(mic[i:i + frame], T0 + i * 10**9 // BUS_RATE)
+             for i in range(0, len(mic) - frame + 1, frame)]
+    return calls, counters
+
+
+def test_until_converged_what_the_microphone_hears_is_held_then_cancelled_again(voices):
+    # Half duplex while the room is not learnt: nothing reaches the segmenter. Then all of
+    # it, in order and at its own times, through the filter that has learnt the room.
+    _near, far = voices
+    far = far[:8 * BUS_RATE]
+    echo = room_echo(far, 80, 0.4)
+    calls, counters = feed(echo, far)
+    got = 0   # every sample goes on once, in order, stamped with its own time
+    for out, ns in calls:
+        assert not len(out) or ns == T0 + got * 10**9 // BUS_RATE
+        got += len(out)
+    assert got == len(calls) * 320 and counters["echo_converged_after_ms"]
+    empty = [i for i, (out, _ns) in enumerate(calls) if not len(out)]
+    learnt = empty[-1] + 1
+    assert empty == list(range(empty[0], learnt))   # held: nothing, then all of it at once
+    held = counters["echo_held_max_ms"] * BUS_RATE // 1000
+    out = calls[learnt][0]
+    assert len(empty) * 320 < held <= len(out)
+    out = out[len(out) - held:]
+    echo = echo[learnt * 320 + 320 - held:]
+    # Gone over four times, it lost 13 dB (once, as the learning filter had: 4.3 dB).
+    assert erle_db(echo[:len(out)], out) >= 10
+    assert counters["echo_gated_ms"] == 0
+
+
+def test_the_speakers_words_while_it_learns_are_kept(voices):
+    # The speaker talks from the first second the loudspeaker plays: silenced, as the gate
+    # does, those words were lost (bench --echo: WER 7.9-14 %; kept, 2.6-7.0 %).
     near, far = voices
-    _mic, echo, out, _start, _path, counters = run_path(near, far, delay_ms=80)
-    before = slice(0, converged_at(counters) - BUS_RATE // 10)
-    assert counters["echo_gated_ms"] > 0 and not np.any(out[before])
+    far = far[:8 * BUS_RATE]
+    echo = room_echo(far, 80, 0.4)
+    said = near[:len(far)]
+    calls, counters = feed(echo + said, far)
+    out = np.concatenate([o for o, _ns in calls])
+    held = slice(0, counters["echo_held_max_ms"] * 16)
+    gain = float(np.dot(out[held], said[held]) / np.dot(said[held], said[held]))
+    assert 0.8 <= gain <= 1.1   # 0.88: the filter learns a little of the speaker too
+
+
+def test_a_loudspeaker_that_stops_before_it_is_learnt_is_silenced(voices):
+    # 1 s of the loudspeaker, then none: never learnt, so what was held goes on silenced,
+    # as soon as the echo's tail has passed; and one that plays in short bursts is held
+    # no longer than HOLD_MAX_MS.
+    _near, far = voices
+    once = far[:4 * BUS_RATE].copy()
+    once[BUS_RATE:] = 0.0
+    calls, counters = feed(room_echo(once, 80, 0.4), once)
+    out = np.concatenate([o for o, _ns in calls])
+    assert len(out) == len(once) and not np.any(out[:BUS_RATE])
+    assert counters["echo_gated_ms"] >= 1000 and not counters["echo_converged_after_ms"]
+    assert counters["echo_held_max_ms"] <= 1000 + 512 + 20
+    bursts = far[:10 * BUS_RATE].copy()
+    for i in range(0, len(bursts), BUS_RATE // 2):
+        bursts[i + 320:i + BUS_RATE // 2] = 0.0   # 20 ms of every 500
+    calls, counters = feed(room_echo(bursts, 80, 0.4), bursts)
+    assert sum(len(o) for o, _ns in calls) >= len(bursts) - HOLD_MAX_MS * 16
+    assert counters["echo_held_max_ms"] <= HOLD_MAX_MS
 
 
 def test_without_the_reference_nothing_is_removed(voices):
@@ -118,7 +182,7 @@ def test_without_the_reference_nothing_is_removed(voices):
     eng.load()
     path = EchoPath(eng, counters)
     echo = room_echo(far, 80, 0.4)
-    out = np.concatenate([path.cancel(echo[i:i + 320], T0 + i * 10**9 // BUS_RATE)
+    out = np.concatenate([path.cancel(echo[i:i + 320], T0 + i * 10**9 // BUS_RATE)[0]
                           for i in range(0, len(echo) - 319, 320)])
     assert erle_db(echo[:len(out)], out) < 1   # and nothing silenced: nothing was played
     assert path.state()["playing_s"] == 0 and counters["echo_gated_ms"] == 0
@@ -147,11 +211,15 @@ def test_stamps_that_jitter_still_give_the_echo_one_delay(voices):
 
 def test_any_frame_size_keeps_its_length_and_its_time(voices):
     near, far = voices
-    _mic, echo, out, start, _path, _ = run_path(near, far, delay_ms=50, frame=400)   # 25 ms
-    assert len(out) % 400 == 0
+    mic, echo, out, start, _path, _ = run_path(near, far, delay_ms=50, frame=400)   # 25 ms
+    assert len(out) >= len(mic) - BLOCK   # what is short of a block waits for the next frame
     single = slice(start * 3 // 4, start)   # its last ~4.5 s
-    # the first block's samples come one block late: still the same wall time per sample
-    assert erle_db(echo[single][:-BLOCK], out[single][BLOCK:]) >= 25
+    assert erle_db(echo[single], out[single]) >= 25
+    # the output is the microphone's stream sample for sample: where the speaker starts
+    # talking, they start in the output
+    both = slice(start, len(out))
+    said = near[:len(out) - start]
+    assert float(np.dot(out[both], said) / np.dot(said, said)) >= 0.9
 
 
 def test_a_reference_that_comes_after_its_frames_is_counted():

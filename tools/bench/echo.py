@@ -123,7 +123,7 @@ def cancel(engine: str, mic: np.ndarray, far: np.ndarray) -> tuple[np.ndarray, d
         path.played(i, far[i:i + BUS_RATE // 2], (i, t0 + i * 10**9 // BUS_RATE))
     frame = 2 * BLOCK
     cpu = time.process_time()
-    out = np.concatenate([path.cancel(mic[i:i + frame], t0 + i * 10**9 // BUS_RATE)
+    out = np.concatenate([path.cancel(mic[i:i + frame], t0 + i * 10**9 // BUS_RATE)[0]
                           for i in range(0, len(mic) - frame + 1, frame)])
     cpu = time.process_time() - cpu
     return out, {"cpu": round(cpu / (len(out) / BUS_RATE), 4),
@@ -131,6 +131,8 @@ def cancel(engine: str, mic: np.ndarray, far: np.ndarray) -> tuple[np.ndarray, d
                  "converged_s": round(counters["echo_converged_after_ms"] / 1000, 1)
                  if counters["echo_converged_after_ms"] else None,
                  "gated_s": round(counters["echo_gated_ms"] / 1000, 1),
+                 # held while the filter learnt, then cancelled again: late once, this much
+                 "held_s": round(counters["echo_held_max_ms"] / 1000, 1),
                  "delay_ms": path.state().get("delay_ms")}
 
 
@@ -198,11 +200,12 @@ def markdown(report: dict) -> str:
     lines = [f"# The loudspeaker in the room: {report['speech_s']} s, "
              f"{report['speaker_words']} words of {len(report['readers'])} readers", "",
              "| room | engine | WER % | heard back (lines/words) | ERLE dB | converged after s "
-             "| silenced s | delay ms | CPU s/s |", "|---|---|---|---|---|---|---|---|---|"]
+             "| silenced s | held s | delay ms | CPU s/s |", "|---" * 10 + "|"]
     for r in report["rows"]:
         lines.append(f"| {r['room']} | {r['engine']} | {r['wer']} | {r['heard_back_lines']}/"
                      f"{r['heard_back_words']} | {r.get('erle_db', '-')} | "
                      f"{r.get('converged_s', '-')} | {r.get('gated_s', '-')} | "
+                     f"{r.get('held_s', '-')} | "
                      f"{r.get('delay_ms', '-')} | {r.get('cpu', '-')} |")
     return "\n".join(lines) + "\n"
 
