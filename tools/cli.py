@@ -182,6 +182,10 @@ def _bench_command(sub) -> None:
                     help="the loudspeaker in the room, offline: continuous speech with the "
                          "interpreter's voice coming back at several delays, reverberations "
                          "and levels; WER, lines heard back, ERLE, convergence per echo engine")
+    sp.add_argument("--live", action="store_true",
+                    help="with --echo: the whole pipeline in real time through a private "
+                         "PulseAudio daemon, the loudspeaker coming back through a room "
+                         "(delay, reverberation, level) beside headphones; Linux")
     sp.add_argument("--terms", action="store_true",
                     help="the words that matter: sentences with names and terms (read by "
                          "piper), without and with the glossary the project carries; the "

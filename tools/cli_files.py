@@ -54,6 +54,12 @@ def cmd_bench(args) -> int:
             corpus = Path(args.corpus or DEFAULT_CORPUS)
             options = {"pause_s": pause_s, "soak_minutes": soak, "bus_seconds": args.bus_seconds,
                        "bus_frames": args.bus_frames, "command": command}
+            if args.echo and args.live:   # real devices, real time: its own report
+                from voxweft.tools.bench import echolive
+
+                print(echolive.markdown(echolive.bench_echo_live(base, out)))
+                print(f"voxweft bench: report in {out / 'echo-live.json'} (and echo-live.md)")
+                return 0
             if args.echo:   # offline: no pipeline, its own report
                 from voxweft.tools.bench.echo import bench_echo, markdown
 

@@ -76,8 +76,8 @@ class Session:
     far: np.ndarray
 
 
-def session(tts) -> Session:
-    """The readers one after another; the interpreter's voice from FAR_FROM_S on."""
+def near_end() -> Session:
+    """The readers one after another (0.5 s of silence first), no far end yet."""
     from voxweft.tools.bench.run import corpus_items
 
     voices = readers.voices(corpus_items(DEFAULT_CORPUS, "pt"))
@@ -88,28 +88,47 @@ def session(tts) -> Session:
             parts += [pcm, np.zeros(int(GAP_S * BUS_RATE), np.float32)]
             clips.append((at, at + len(pcm), text))
             at += len(pcm) + int(GAP_S * BUS_RATE)
-    parts.append(np.zeros(int(AFTER_S * BUS_RATE), np.float32))
     near = np.concatenate(parts)
-    far = np.zeros_like(near)
-    pos, k = int(FAR_FROM_S * BUS_RATE), 0
-    while pos < len(near) - 3 * BUS_RATE:
+    return Session(near, clips, np.zeros_like(near))
+
+
+def far_end(tts, n: int, start: int = 0, level: float | None = LEVEL) -> np.ndarray:
+    """`n` samples of the interpreter's voice (FAR_LINES, FAR_GAP_S apart) from `start` on.
+
+    Each line at `level` (active RMS), or as the voice made it (None).
+    """
+    far = np.zeros(n, np.float32)
+    pos, k = start, 0
+    while pos < n - 3 * BUS_RATE:
         pcm = np.concatenate(list(tts.synthesize(FAR_LINES[k % len(FAR_LINES)], "pt")))
         pcm = soxr.resample(pcm, tts.sample_rate, BUS_RATE).astype(np.float32)
-        pcm = readers.at(pcm[:len(near) - pos], LEVEL, 0.0)
+        pcm = pcm[:n - pos] if level is None else readers.at(pcm[:n - pos], level, 0.0)
         far[pos:pos + len(pcm)] = pcm
         pos, k = pos + len(pcm) + int(FAR_GAP_S * BUS_RATE), k + 1
-    return Session(near, clips, far)
+    return far
 
 
-def room_echo(far: np.ndarray, delay_ms: float, rt60_s: float, rng) -> np.ndarray:
-    """`far` from a loudspeaker `delay_ms` away in a room of reverberation `rt60_s`."""
+def session(tts) -> Session:
+    """The readers one after another; the interpreter's voice from FAR_FROM_S on."""
+    s = near_end()
+    near = np.concatenate([s.near, np.zeros(int(AFTER_S * BUS_RATE), np.float32)])
+    return Session(near, s.clips, far_end(tts, len(near), int(FAR_FROM_S * BUS_RATE)))
+
+
+def room_response(delay_ms: float, rt60_s: float, rng) -> np.ndarray:
+    """A loudspeaker `delay_ms` away in a room of reverberation `rt60_s`: its impulse response."""
     k = int(delay_ms * BUS_RATE / 1000)
     n = k + int(rt60_s * BUS_RATE)
     h = np.zeros(n, np.float32)
     h[k] = 1.0
     t = np.arange(n - k - 1) / BUS_RATE
     h[k + 1:] = rng.standard_normal(n - k - 1) * np.exp(-t * 6.9 / rt60_s) * 0.08
-    return np.convolve(far, h)[:len(far)].astype(np.float32)
+    return h
+
+
+def room_echo(far: np.ndarray, delay_ms: float, rt60_s: float, rng) -> np.ndarray:
+    """`far` from a loudspeaker `delay_ms` away in a room of reverberation `rt60_s`."""
+    return np.convolve(far, room_response(delay_ms, rt60_s, rng))[:len(far)].astype(np.float32)
 
 
 def cancel(engine: str, mic: np.ndarray, far: np.ndarray) -> tuple[np.ndarray, dict]:

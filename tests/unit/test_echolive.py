@@ -1,0 +1,42 @@
+"""The live echo bench's parts that need no sound server: its room and its report."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from voxweft.protocol.messages import Status, Transcript, VadEvent
+from voxweft.tools.bench import echo as offline
+from voxweft.tools.bench import echolive
+
+
+def test_the_relay_plays_the_room_as_the_offline_bench_convolves_it():
+    rng = np.random.default_rng(0)
+    h = offline.room_response(80, 0.4, rng)
+    x = rng.standard_normal(echolive.BLOCK * 60)
+    room = echolive.Convolver(h)
+    live = np.concatenate([room(x[i:i + echolive.BLOCK])
+                           for i in range(0, len(x), echolive.BLOCK)])
+    assert np.allclose(live, np.convolve(x, h)[:len(x)], atol=1e-9)
+
+
+class _Heard(echolive.LiveCollector):
+    def __init__(self, seen, end_ns):
+        super().__init__(None, {})
+        self.seen, self.end_ns = seen, end_ns
+
+
+def test_what_was_heard_counts_against_the_speakers_words():
+    said = "the quick brown fox jumps over the lazy dog"
+    seen = [VadEvent(utt="a.0", event="start", sent_ns=100),
+            Transcript(utt="a.0", text="The quick brown fox jumps.", final=True),
+            VadEvent(utt="a.1", event="start", sent_ns=5 * 10**9),   # after the speaker
+            Transcript(utt="a.1", text="Muito bom.", final=True),
+            Status(src="capture", echo={"converged": 1.0},
+                   counters={"echo_held_max_ms": 1600, "echo_gated_ms": 0})]
+    got = echolive.measure(_Heard(seen, end_ns=10**9), said)
+    assert got["heard_pct"] == round(100 * 5 / 9, 1)
+    assert got["not_said_words"] == 2 and got["after"] == ["Muito bom."]
+    assert got["held_s"] == 1.6 and got["echo"] == {"converged": 1.0}
+    report = {"speaker_words": 9, "readers": ["lj"], "after_s": 20.0,
+              "rows": [{"condition": "headphones", "echo_mode": "off", **got}]}
+    assert "| headphones | off |" in echolive.markdown(report)

@@ -1,0 +1,298 @@
+"""The loudspeaker in the room, live (`voxweft bench --echo --live`): real devices, real time.
+
+`voxweft bench --echo` measures the cancelling offline, on a synthetic session; this runs the
+whole pipeline in real time through a private PulseAudio daemon (actors.bench.soundserver)
+with two null sinks, as a room with a loudspeaker does:
+
+- the speaker (the five readers of `voxweft bench --echo`, at their own levels, talking on
+  with 0.3 s pauses) is played into the sink ``room``, whose monitor is the microphone;
+- the player plays the translation into the sink ``speaker``; a `Relay` records its monitor
+  and plays it into ``room`` through the room: a delay, a reverberation tail (the impulse
+  response of `voxweft bench --echo`, same seed) and a level against the speaker's;
+- headphones: the same with the room's noise alone (nothing of the translation reaches the
+  microphone).
+
+Per condition: the speaker's WER (every final transcript against the readers' text, in
+order), the share of their words heard, the words heard that were not said, the lines
+transcribed after the speaker stopped (the loudspeaker interpreted), and capture's echo
+state (converged, delay, removed, how long what the microphone heard was held while the
+canceller learnt). The relay adds its own latency (the recorder's and the player's buffers,
+tens of ms) to the room's delay; capture's `delay_ms` says what the canceller found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import jiwer
+import numpy as np
+
+from voxweft.deploy.session import run_session
+from voxweft.deploy.topology import Topology
+from voxweft.protocol.messages import BUS_RATE, Status, Transcript, VadEvent
+from voxweft.tools.bench import echo as offline
+from voxweft.tools.bench import room
+from voxweft.tools.bench.soundserver import DEVICE, INSTALL, PulseDaemon, missing
+from voxweft.tools.interpret import file_topology
+
+#: (name, echo_mode, room: (delay ms, RT60 s, echo level dB against the speaker) or None).
+CONDITIONS = (("headphones", "off", None),
+              ("loudspeaker", "cancel", (80, 0.4, -10.0)),
+              ("loudspeaker", "cancel", (80, 0.4, 0.0)),
+              ("loudspeaker", "gate", (80, 0.4, -10.0)))
+#: After the speaker stops the translation still plays: this long is watched for echo.
+AFTER_S = 20.0
+#: The pipeline ready, the speaker starts this much later (capture is streaming by then).
+START_S = 2.0
+#: The relay's block: 20 ms at the bus rate.
+BLOCK = BUS_RATE // 50
+
+
+def speech(path: Path) -> str:
+    """Write the speaker's continuous speech (the offline bench's cast); return its words."""
+    near = offline.near_end()
+    room.write_wav(path, near.near)
+    return " ".join(text for *_span, text in near.clips)
+
+
+class Convolver:
+    """A signal through an impulse response, BLOCK samples at a time (overlap-add, by FFT)."""
+
+    def __init__(self, response: np.ndarray) -> None:
+        h = np.asarray(response, np.float64)
+        self.size = 1 << int(np.ceil(np.log2(BLOCK + len(h))))
+        self.spectrum = np.fft.rfft(h, self.size)
+        self.acc = np.zeros(self.size)
+
+    def __call__(self, block: np.ndarray) -> np.ndarray:
+        """The next BLOCK samples of the output, for the next BLOCK of input."""
+        self.acc += np.fft.irfft(np.fft.rfft(block, self.size) * self.spectrum, self.size)
+        out = self.acc[:BLOCK].copy()
+        self.acc[:-BLOCK] = self.acc[BLOCK:]
+        self.acc[-BLOCK:] = 0.0
+        return out
+
+
+class Relay:
+    """The room: what the loudspeaker (``speaker``) plays comes back into ``room``.
+
+    Convolved with `response` block by block (overlap-add, by FFT), as it is played, over
+    the room's own noise (`NOISE_DBFS`: a microphone never hears digital silence). No
+    `response`: headphones, the noise alone.
+    """
+
+    def __init__(self, env: dict, response: np.ndarray | None) -> None:
+        self.env = env
+        self.room = Convolver(np.zeros(1) if response is None else response)
+        self.noise = np.random.default_rng(offline.SEED)
+        self.procs: list[subprocess.Popen] = []
+        self.thread: threading.Thread | None = None
+        self.blocks = 0
+
+    def start(self) -> None:
+        """Record the speaker's monitor and play into the room from now on."""
+        fmt = ["--raw", "--format=float32le", f"--rate={BUS_RATE}", "--channels=1"]
+        self.procs = [
+            subprocess.Popen(["pacat", "--record", "--device=speaker.monitor",
+                              "--latency-msec=10", *fmt], env=self.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             start_new_session=True),
+            # 100 ms ahead: a relay starved by the pipeline's CPU would leave gaps, and each
+            # gap moves the echo against its reference (a room's echo path does not move)
+            subprocess.Popen(["pacat", "--playback", "--device=room", "--latency-msec=100",
+                              *fmt], env=self.env, stdin=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, start_new_session=True)]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        record, play = self.procs[0].stdout, self.procs[1].stdin
+        try:
+            while True:
+                raw = record.read(BLOCK * 4)
+                if len(raw) < BLOCK * 4:
+                    return
+                noise = self.noise.standard_normal(BLOCK) * 10 ** (offline.NOISE_DBFS / 20)
+                echo = self.room(np.frombuffer(raw, "<f4"))
+                play.write((echo + noise).astype("<f4").tobytes())
+                play.flush()
+                self.blocks += 1
+        except (BrokenPipeError, ValueError, OSError):
+            return
+
+    def stop(self) -> None:
+        """Stop both streams and the thread."""
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if self.thread is not None:
+            self.thread.join(5)
+
+
+def room_response(tts, delay_ms: float, rt60_s: float, level_db: float) -> np.ndarray:
+    """The room's impulse response: the tts's voice comes back `level_db` dB against the speaker.
+
+    Measured on what it says (the player plays it as made).
+    """
+    h = offline.room_response(delay_ms, rt60_s, np.random.default_rng(offline.SEED))
+    voice = offline.far_end(tts, 12 * BUS_RATE, level=None)   # as loud as the player plays it
+    echo = np.convolve(voice, h)[:len(voice)]
+    loud = np.abs(voice) > 1e-3
+    level = offline.LEVEL * 10 ** (level_db / 20)
+    return h * level / np.sqrt(np.mean(echo[loud] ** 2))
+
+
+class LiveCollector:
+    """What one condition heard: starts the speaker once the pipeline is ready."""
+
+    def __init__(self, wav: Path, env: dict) -> None:
+        self.wav, self.env = wav, env
+        self.verdict = (True, [])
+        self.seen: list = []
+        self.ready_at: float | None = None
+        self.talker: subprocess.Popen | None = None
+        self.ended: float | None = None
+        self.end_ns = 0
+
+    def add(self, msg) -> None:
+        """Keep every message."""
+        self.seen.append(msg)
+
+    def finished(self) -> bool:
+        """Start the speaker once ready; done `AFTER_S` after they stopped."""
+        now = time.monotonic()
+        self.ready_at = self.ready_at or now
+        if self.talker is None and now - self.ready_at >= START_S:
+            self.talker = subprocess.Popen(["paplay", "--device=room", str(self.wav)],
+                                           env=self.env, start_new_session=True)
+        if self.talker is not None and self.ended is None and self.talker.poll() is not None:
+            self.ended, self.end_ns = now, time.time_ns()
+        return self.ended is not None and now - self.ended >= AFTER_S
+
+    def stalled(self) -> str:
+        """Never: the session is timed by the speaker."""
+        return ""
+
+    def close(self) -> None:
+        """Stop the speaker if they still talk."""
+        if self.talker is not None and self.talker.poll() is None:
+            self.talker.kill()
+            self.talker.wait(5)
+
+
+def _words(text: str) -> list[str]:
+    return offline._words(text).split()
+
+
+def measure(collector: LiveCollector, reference: str) -> dict:
+    """The speaker's WER and recall, words not said, lines after they stopped, echo state."""
+    seen = collector.seen
+    starts = {m.utt: m.sent_ns for m in seen if isinstance(m, VadEvent) and m.event == "start"}
+    finals = [m for m in seen if isinstance(m, Transcript) and m.final]
+    heard, said = _words(" ".join(m.text for m in finals)), _words(reference)
+    matched = sum(min(heard.count(w), said.count(w)) for w in set(said))
+    after = [m.text for m in finals if starts.get(m.utt, 0) > collector.end_ns + 1e9]
+    status = [m for m in seen if isinstance(m, Status) and m.src == "capture"]
+    counters = status[-1].counters if status else {}
+    return {"wer": round(100 * jiwer.wer(" ".join(said), " ".join(heard) or "-"), 1),
+            "heard_pct": round(100 * matched / len(said), 1),
+            "not_said_words": len(heard) - matched,
+            "after_lines": len(after), "after": after,
+            "echo": status[-1].echo if status and status[-1].echo else {},
+            "held_s": round(counters.get("echo_held_max_ms", 0) / 1000, 1),
+            "silenced_s": round(counters.get("echo_gated_ms", 0) / 1000, 1)}
+
+
+def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Path,
+              reference: str) -> dict:
+    """One live session of the speaker in the room (`response`: None for headphones).
+
+    `mode`: the segmenter's echo_mode ("": the topology's).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    daemon = PulseDaemon(sinks=("speaker", "room"), source="room.monitor")
+    saved = {k: os.environ.get(k) for k in ("PULSE_SERVER", "PULSE_RUNTIME_PATH")}
+    relay = collector = None
+    try:
+        daemon.start()
+        os.environ.update(PULSE_SERVER=daemon.server, PULSE_RUNTIME_PATH=str(daemon.dir))
+        topology = file_topology(base, wav, out, "en", "pt", fast=False, live=True)
+        topology = topology.with_overrides({"actors": {
+            "capture": {"source": "microphone", "device": DEVICE},
+            "player": {"sink": "device", "device": DEVICE},
+            **({"segmenter": {"echo_mode": mode}} if mode else {})}})
+        relay = Relay(daemon.env, response)
+        relay.start()
+        collector = LiveCollector(wav, daemon.env)
+        code, reason = run_session(topology, collector, [b"vad.", b"transcript.",
+                                                         b"status.capture"],
+                                   out, timeout_s=600, what=f"live: {name}")
+        if code:
+            raise RuntimeError(f"{name}: {reason}")
+        return {"echo_handling": topology.echo_handling, **measure(collector, reference)}
+    finally:
+        if collector is not None:
+            collector.close()
+        if relay is not None:
+            relay.stop()
+        daemon.cleanup()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def bench_echo_live(base: Topology, out: Path, conditions=CONDITIONS) -> dict:
+    """Every condition, one live session each; echo-live.json and echo-live.md."""
+    lacking = missing()
+    if lacking:
+        raise RuntimeError(f"{', '.join(lacking)} not found: the live echo bench needs a "
+                           f"PulseAudio daemon ({INSTALL})")
+    from voxweft.actors.engines import build
+
+    tts = build("tts", base.actors["tts"].engine, base.actors["tts"].engine_settings())
+    tts.load()
+    out.mkdir(parents=True, exist_ok=True)
+    wav = out / "speaker.wav"
+    reference = speech(wav)
+    rows = []
+    for i, (name, mode, shape) in enumerate(conditions):
+        label = name if shape is None else (f"{name}: {shape[0]} ms, RT60 {shape[1]} s, "
+                                            f"echo {shape[2]:+.0f} dB")
+        response = None if shape is None else room_response(tts, *shape)
+        rows.append({"condition": label, "echo_mode": mode,
+                     **condition(base, out / f"{i}-{name}-{mode}", label, mode, response, wav,
+                                 reference)})
+        print(json.dumps(rows[-1]), flush=True)
+    report = {"speaker_words": len(_words(reference)), "readers": [r for r, _db in offline.CAST],
+              "after_s": AFTER_S, "rows": rows}
+    (out / "echo-live.json").write_text(json.dumps(report, indent=1))
+    (out / "echo-live.md").write_text(markdown(report))
+    return report
+
+
+def markdown(report: dict) -> str:
+    """The table of echo-live.json."""
+    lines = [f"# The loudspeaker in the room, live: {report['speaker_words']} words of "
+             f"{len(report['readers'])} readers", "",
+             "| condition | echo_mode | WER % | words heard % | heard, not said | lines after "
+             "the speaker stopped | converged | delay ms | removed dB | held s | silenced s |",
+             "|---" * 11 + "|"]
+    for r in report["rows"]:
+        e = r["echo"]
+        lines.append(f"| {r['condition']} | {r['echo_mode']} | {r['wer']} | {r['heard_pct']} "
+                     f"| {r['not_said_words']} | {r['after_lines']} | "
+                     f"{'yes' if e.get('converged') else '-'} | {e.get('delay_ms', '-')} | "
+                     f"{e.get('removed_db', '-')} | {r['held_s']} | {r['silenced_s']} |")
+    return "\n".join(lines) + "\n"
