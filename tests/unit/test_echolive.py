@@ -6,16 +6,16 @@ import numpy as np
 
 from voxweft.protocol.messages import Status, Transcript, VadEvent
 from voxweft.tools.bench import echo as offline
-from voxweft.tools.bench import echolive
+from voxweft.tools.bench import echolive, roomrelay
 
 
 def test_the_relay_plays_the_room_as_the_offline_bench_convolves_it():
     rng = np.random.default_rng(0)
     h = offline.room_response(80, 0.4, rng)
-    x = rng.standard_normal(echolive.BLOCK * 60)
-    room = echolive.Convolver(h)
-    live = np.concatenate([room(x[i:i + echolive.BLOCK])
-                           for i in range(0, len(x), echolive.BLOCK)])
+    x = rng.standard_normal(roomrelay.BLOCK * 60)
+    room = roomrelay.Convolver(h)
+    live = np.concatenate([room(x[i:i + roomrelay.BLOCK])
+                           for i in range(0, len(x), roomrelay.BLOCK)])
     assert np.allclose(live, np.convolve(x, h)[:len(x)], atol=1e-9)
 
 

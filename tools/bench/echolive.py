@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
 
@@ -49,8 +49,6 @@ CONDITIONS = (("headphones", "off", None),
 AFTER_S = 20.0
 #: The pipeline ready, the speaker starts this much later (capture is streaming by then).
 START_S = 2.0
-#: The relay's block: 20 ms at the bus rate.
-BLOCK = BUS_RATE // 50
 
 
 def speech(path: Path) -> str:
@@ -60,83 +58,47 @@ def speech(path: Path) -> str:
     return " ".join(text for *_span, text in near.clips)
 
 
-class Convolver:
-    """A signal through an impulse response, BLOCK samples at a time (overlap-add, by FFT)."""
-
-    def __init__(self, response: np.ndarray) -> None:
-        h = np.asarray(response, np.float64)
-        self.size = 1 << int(np.ceil(np.log2(BLOCK + len(h))))
-        self.spectrum = np.fft.rfft(h, self.size)
-        self.acc = np.zeros(self.size)
-
-    def __call__(self, block: np.ndarray) -> np.ndarray:
-        """The next BLOCK samples of the output, for the next BLOCK of input."""
-        self.acc += np.fft.irfft(np.fft.rfft(block, self.size) * self.spectrum, self.size)
-        out = self.acc[:BLOCK].copy()
-        self.acc[:-BLOCK] = self.acc[BLOCK:]
-        self.acc[-BLOCK:] = 0.0
-        return out
-
-
 class Relay:
-    """The room: what the loudspeaker (``speaker``) plays comes back into ``room``.
+    """The room, as its own process (tools.bench.roomrelay).
 
-    Convolved with `response` block by block (overlap-add, by FFT), as it is played, over
-    the room's own noise (`NOISE_DBFS`: a microphone never hears digital silence). No
-    `response`: headphones, the noise alone.
+    What the loudspeaker (sink ``speaker``) plays comes back into the microphone's sink
+    (``room``) through `response`, over the room's noise floor. No `response`: headphones,
+    the noise alone.
     """
 
-    def __init__(self, env: dict, response: np.ndarray | None) -> None:
-        self.env = env
-        self.room = Convolver(np.zeros(1) if response is None else response)
-        self.noise = np.random.default_rng(offline.SEED)
-        self.procs: list[subprocess.Popen] = []
-        self.thread: threading.Thread | None = None
-        self.blocks = 0
+    def __init__(self, env: dict, response: np.ndarray | None, folder: Path) -> None:
+        self.env = {**env, "PULSE_SOURCE": "speaker.monitor", "PULSE_SINK": "room"}
+        self.path = folder / "room-response.npy"
+        np.save(self.path, np.zeros(1) if response is None else np.asarray(response))
+        self.log = folder / "relay.log"
+        self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
-        """Record the speaker's monitor and play into the room from now on."""
-        fmt = ["--raw", "--format=float32le", f"--rate={BUS_RATE}", "--channels=1"]
-        self.procs = [
-            subprocess.Popen(["pacat", "--record", "--device=speaker.monitor",
-                              "--latency-msec=10", *fmt], env=self.env,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             start_new_session=True),
-            # 100 ms ahead: a relay starved by the pipeline's CPU would leave gaps, and each
-            # gap moves the echo against its reference (a room's echo path does not move)
-            subprocess.Popen(["pacat", "--playback", "--device=room", "--latency-msec=100",
-                              *fmt], env=self.env, stdin=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, start_new_session=True)]
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+    def start(self, timeout_s: float = 20.0) -> None:
+        """Start relaying; RuntimeError if the stream does not open."""
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "voxweft.tools.bench.roomrelay", str(self.path)],
+                env=self.env, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while "relaying" not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the room's relay did not start: "
+                                   + self.log.read_text(errors="replace")[-1500:])
+            time.sleep(0.05)
 
-    def _run(self) -> None:
-        record, play = self.procs[0].stdout, self.procs[1].stdin
-        try:
-            while True:
-                raw = record.read(BLOCK * 4)
-                if len(raw) < BLOCK * 4:
-                    return
-                noise = self.noise.standard_normal(BLOCK) * 10 ** (offline.NOISE_DBFS / 20)
-                echo = self.room(np.frombuffer(raw, "<f4"))
-                play.write((echo + noise).astype("<f4").tobytes())
-                play.flush()
-                self.blocks += 1
-        except (BrokenPipeError, ValueError, OSError):
-            return
-
-    def stop(self) -> None:
-        """Stop both streams and the thread."""
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
+    def stop(self) -> str:
+        """Stop relaying; what it said at the end (blocks late)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
             try:
-                proc.wait(5)
+                self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        if self.thread is not None:
-            self.thread.join(5)
+                self.proc.kill()
+                self.proc.wait(5)
+        said = self.log.read_text(errors="replace").strip().splitlines()
+        return said[-1] if said else ""
 
 
 def room_response(tts, delay_ms: float, rt60_s: float, level_db: float) -> np.ndarray:
@@ -203,12 +165,17 @@ def measure(collector: LiveCollector, reference: str) -> dict:
     matched = sum(min(heard.count(w), said.count(w)) for w in set(said))
     after = [m.text for m in finals if starts.get(m.utt, 0) > collector.end_ns + 1e9]
     status = [m for m in seen if isinstance(m, Status) and m.src == "capture"]
+    delays = [m.echo["delay_ms"] for m in status if m.echo and m.echo.get("converged")
+              and "delay_ms" in m.echo]
     counters = status[-1].counters if status else {}
     return {"wer": round(100 * jiwer.wer(" ".join(said), " ".join(heard) or "-"), 1),
             "heard_pct": round(100 * matched / len(said), 1),
             "not_said_words": len(heard) - matched,
             "after_lines": len(after), "after": after,
             "echo": status[-1].echo if status and status[-1].echo else {},
+            # the echo's delay as the canceller found it, first and last once converged: a
+            # room's does not move (the relay's may, when it is starved of CPU)
+            "delay_ms": [delays[0], delays[-1]] if delays else [],
             "held_s": round(counters.get("echo_held_max_ms", 0) / 1000, 1),
             "silenced_s": round(counters.get("echo_gated_ms", 0) / 1000, 1)}
 
@@ -231,7 +198,7 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
             "capture": {"source": "microphone", "device": DEVICE},
             "player": {"sink": "device", "device": DEVICE},
             **({"segmenter": {"echo_mode": mode}} if mode else {})}})
-        relay = Relay(daemon.env, response)
+        relay = Relay(daemon.env, response, out)
         relay.start()
         collector = LiveCollector(wav, daemon.env)
         code, reason = run_session(topology, collector, [b"vad.", b"transcript.",
@@ -244,7 +211,7 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
         if collector is not None:
             collector.close()
         if relay is not None:
-            relay.stop()
+            print(f"voxweft bench: {relay.stop()}", flush=True)
         daemon.cleanup()
         for key, value in saved.items():
             if value is None:
@@ -293,6 +260,7 @@ def markdown(report: dict) -> str:
         e = r["echo"]
         lines.append(f"| {r['condition']} | {r['echo_mode']} | {r['wer']} | {r['heard_pct']} "
                      f"| {r['not_said_words']} | {r['after_lines']} | "
-                     f"{'yes' if e.get('converged') else '-'} | {e.get('delay_ms', '-')} | "
+                     f"{'yes' if e.get('converged') else '-'} | "
+                     f"{'-'.join(f'{d:.0f}' for d in r.get('delay_ms', [])) or '-'} | "
                      f"{e.get('removed_db', '-')} | {r['held_s']} | {r['silenced_s']} |")
     return "\n".join(lines) + "\n"
