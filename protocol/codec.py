@@ -40,6 +40,10 @@ MAX_FLOAT_SAMPLE = 32.0
 #: which is what msgpack packs (a peer's 2**64 once summed into a counter killed the
 #: receiver's heartbeat at its next encode).
 MAX_WIRE_INT = 2 ** 62
+#: ... and every float (seconds of media, durations, levels, speeds) within +-1e9: 31 years
+#: of seconds. A media time of 1e308 made the captions server's subtitles answer 500 for the
+#: rest of the session (its sums overflowed to inf).
+MAX_WIRE_FLOAT = 1e9
 
 #: The text of a bad value in an error: short, and flat however deep it is nested (the
 #: builtin repr of a value nested 1000 deep raises RecursionError).
@@ -115,7 +119,7 @@ def _check_scalar(name: str, value: object, kind: str) -> object:
             return value
     elif kind == "float":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if math.isfinite(value):
+            if math.isfinite(value) and -MAX_WIRE_FLOAT <= value <= MAX_WIRE_FLOAT:
                 return float(value)
     elif kind == "float | None":
         return None if value is None else _check_scalar(name, value, "float")

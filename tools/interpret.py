@@ -32,6 +32,7 @@ from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.languages import fit_engines
 from voxweft.tools.latency import summarize, utterance_latency
 from voxweft.tools.subtitles import NOT_SPOKEN, write_subtitles
+from voxweft.tools.terminal import printable
 
 WATCHED = wire.watched("interpret")
 #: The stages that hold utterances; the session is over when none holds one after the end.
@@ -115,18 +116,18 @@ class Collector:
             self.done.add(msg.utt)
         elif isinstance(msg, Transcript) and msg.final:
             if msg.utt not in self.transcripts:   # sent again after a restart: once only
-                print(f"[{msg.utt}] {msg.src_lang}: {msg.text}", flush=True)
+                print(printable(f"[{msg.utt}] {msg.src_lang}: {msg.text}"), flush=True)
             self.transcripts[msg.utt] = msg
         elif isinstance(msg, Translation) and msg.final:
             if msg.utt not in self.translations:
-                print(f"[{msg.utt}] {msg.tgt_lang}: {msg.text}", flush=True)
+                print(printable(f"[{msg.utt}] {msg.tgt_lang}: {msg.text}"), flush=True)
             self.translations[msg.utt] = msg
         elif isinstance(msg, PlaybackEvent):
             if msg.event == "started":
                 self.started[msg.utt] = msg
             else:
                 if msg.reason and msg.utt not in self.ended:
-                    print(f"[{msg.utt}] not spoken: {msg.reason}", flush=True)
+                    print(printable(f"[{msg.utt}] not spoken: {msg.reason}"), flush=True)
                 self.ended[msg.utt] = msg
         elif isinstance(msg, EndOfStream) and msg.src == "segmenter":
             self.eos = msg

@@ -42,17 +42,7 @@ from voxweft.protocol.messages import (
     is_draft,
     trace_ns,
 )
-
-
-def printable(value):
-    """`value` with the characters a terminal obeys instead of showing written as escapes.
-
-    Text from the bus is anybody's: an escape sequence in a transcript or a reason must not
-    move the cursor, retitle or clear the terminal of the person tapping it.
-    """
-    if not isinstance(value, str) or value.isprintable():
-        return value
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in value)
+from voxweft.tools.terminal import printable
 
 
 def describe(msg: Message, recv_ns: int) -> dict:

@@ -18,6 +18,7 @@ from voxweft.deploy.topology import Topology
 from voxweft.protocol import bus as wire
 from voxweft.protocol.client import BusClient
 from voxweft.protocol.messages import PlaybackEvent, Status, Supervision, Transcript, Translation
+from voxweft.tools.terminal import printable
 
 
 def side_by_side(source: str, target: str, width: int) -> str:
@@ -73,15 +74,16 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                     sources[msg.utt] = msg
                 elif isinstance(msg, PlaybackEvent):
                     if msg.event == "skipped" and msg.reason:
-                        print(f"voxweft: not spoken ({msg.reason}): "
-                              f"{said.get(msg.utt, msg.utt)}", file=out, flush=True)
+                        print(printable(f"voxweft: not spoken ({msg.reason}): "
+                                        f"{said.get(msg.utt, msg.utt)}"), file=out, flush=True)
                     said.pop(msg.utt, None)
                 elif isinstance(msg, Translation) and msg.final:
                     sources.pop(msg.utt, None)
                     said[msg.utt] = msg.text
                     while len(said) > 256:   # a player that is down says nothing
                         said.pop(next(iter(said)))
-                    print(side_by_side(msg.source_text, msg.text, width), file=out, flush=True)
+                    print(side_by_side(printable(msg.source_text), printable(msg.text), width),
+                          file=out, flush=True)
                     rolling.write(json.dumps({
                         "utt": msg.utt, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                         "src_lang": msg.src_lang, "source_text": msg.source_text,

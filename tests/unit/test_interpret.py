@@ -85,3 +85,15 @@ def test_every_output_tells_what_the_file_holds(tmp_path: Path):
     assert [r["played"] for r in report["utterances"]] == [True, True, True]
     # heard 4 + 2 + 2 s; spoken whole: u1 and u2
     assert "spoken 75 % of the speech heard" in summary_line(c, report, tmp_path)
+
+
+def test_text_from_the_bus_reaches_the_terminal_as_text_not_as_commands(capsys):
+    # Anybody on the bus can send a transcript: an escape sequence in it must not clear,
+    # retitle or move the terminal of the person running `interpret` (issue 48).
+    c = Collector()
+    c.add(Transcript(src="asr", utt="u.1\x1b[2J", text="hi\x1b]0;owned\x07", final=True))
+    c.add(Translation(src="mt", utt="u.1", text="olá\r\x1b[Aup", final=True))
+    c.add(PlaybackEvent(src="player", utt="u.2", event="skipped", reason="late\x1bc"))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert "hi\\x1b]0;owned\\x07" in out and "olá\\r\\x1b[Aup" in out and "late\\x1bc" in out

@@ -23,6 +23,7 @@ from voxweft.protocol.codec import (
     MAX_TEXT_CHARS,
     MAX_TOPIC_BYTES,
     MAX_TRACE,
+    MAX_WIRE_FLOAT,
     MAX_WIRE_INT,
     ProtocolError,
     decode,
@@ -203,7 +204,7 @@ def test_float_field_given_as_int_decodes_as_float():
 
 
 @given(text=st.text(max_size=200), seq=st.integers(0, MAX_WIRE_INT),
-       start=st.floats(allow_nan=False, allow_infinity=False))
+       start=st.floats(-MAX_WIRE_FLOAT, MAX_WIRE_FLOAT))
 @settings(max_examples=100, deadline=None)
 def test_round_trip_property_transcript(text: str, seq: int, start: float):
     msg = Transcript(src="asr", seq=seq, text=text, media_start_s=start, trace=TRACE)
@@ -372,6 +373,7 @@ def test_invalid_utf8_in_header():
 @pytest.mark.parametrize("field,value", [
     ("seq", "7"), ("seq", True), ("seq", 1.0), ("epoch", None), ("src", 5), ("src", None),
     ("media_s", float("nan")), ("media_s", float("inf")), ("media_s", "0.5"),
+    ("media_s", 1e308), ("media_s", -2e9),   # finite, but no media time (the captions' 500)
     ("media_s", False), ("utterances", [1]), ("utterances", {"a": 1}),
 ])
 def test_wrong_field_types_eos(field: str, value):
