@@ -82,10 +82,22 @@ def create_keys(name: str, directory: Path | None = None) -> tuple[Path, Path, s
     return Path(public), Path(secret), key.decode("ascii")
 
 
+#: A key file `voxweft keys` writes is ~300 bytes.
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
 def load_keys(path: Path) -> tuple[bytes, bytes]:
     """(public, secret) from a secret key file; ValueError with one line if it is unusable."""
+    # What it is, before a byte is read: a FIFO would hang the reader, /dev/zero fill its
+    # memory (a file others can read is refused below, once it is known to hold a secret).
     try:
-        mode = path.stat().st_mode
+        info = path.stat()
+    except OSError:
+        raise ValueError(f"no secret key file {path}") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_KEY_FILE_BYTES:
+        raise ValueError(f"{path} is not a key file (a regular file of at most "
+                         f"{MAX_KEY_FILE_BYTES} bytes, as `voxweft keys` writes)")
+    try:
         public, secret = zmq.auth.load_certificate(path)
     except OSError:
         raise ValueError(f"no secret key file {path}") from None
@@ -93,7 +105,7 @@ def load_keys(path: Path) -> tuple[bytes, bytes]:
         raise ValueError(f"{path} is not a key file ({exc})") from None
     if secret is None:
         raise ValueError(f"{path} holds no secret key (a .key_secret file is needed)")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ValueError(f"{path} can be read by others: chmod 600 {path}")
     return public, secret
 

@@ -14,6 +14,7 @@ import os
 import socket
 import stat
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -62,6 +63,20 @@ def test_keys_are_made_private_and_kept(keys, tmp_path):
         security.load_keys(tmp_path / "nothing.key_secret")
     with pytest.raises(ValueError, match="holds no secret key"):
         security.load_keys(public_file)
+
+
+@pytest.mark.timeout(20)
+def test_a_secret_key_path_that_is_no_file_is_refused_before_it_is_read(tmp_path):
+    # A FIFO would hang the actor reading it, /dev/zero fill its memory (issue 48).
+    fifo = tmp_path / "pipe.key_secret"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        with pytest.raises(ValueError, match="is not a key file"):
+            security.load_keys(path)
+    big = tmp_path / "big.key_secret"
+    big.write_bytes(b"#" * (security.MAX_KEY_FILE_BYTES + 1))
+    with pytest.raises(ValueError, match="is not a key file"):
+        security.load_keys(big)
 
 
 def test_keys_are_private_from_the_start_and_never_written_through_a_link(tmp_path,
