@@ -47,6 +47,11 @@ _WORD = re.compile(r"\w+(?:-\w+)*", re.UNICODE)   # "Zaremba's": "Zaremba", "s"
 
 #: A glossary is a list of terms: read no more than this (a few thousand terms fit in 64 KiB).
 MAX_BYTES = 1024 * 1024
+#: A term (or its translation) is a name or a phrase: at most this many words and characters.
+#: (Spelling looks at every run of up to a term's words + 1 at every word of a transcript: a
+#: 1000-word "term" cost 5 s of CPU per decode.)
+MAX_TERM_WORDS = 8
+MAX_TERM_CHARS = 80
 
 class GlossaryError(ValueError):
     """A glossary file that cannot be used; the message names the line."""
@@ -88,7 +93,12 @@ class Glossary:
                 raise GlossaryError(f"glossary {path}: not a file; give a text file of "
                                     "terms, one per line")
             with path.open("rb") as f:
+                size = f.seek(0, 2)
+                f.seek(0)
                 data = f.read(MAX_BYTES + 1)
+            if data and not size:   # /proc/self/environ: the environment as "terms"
+                raise GlossaryError(f"glossary {path}: not a file on disk (a file of the "
+                                    "system's, made as it is read); give a text file of terms")
             if len(data) > MAX_BYTES:
                 raise GlossaryError(f"glossary {path}: over {MAX_BYTES // 1024} KiB; a "
                                     "glossary is a text file of terms, one per line")
@@ -110,6 +120,11 @@ class Glossary:
             if not _key(source) or not _key(target):
                 raise GlossaryError(f"{where}:{number}: {line!r} has no term: write "
                                     "'Name' or 'term = translation'")
+            for part in (source, target):
+                if len(part) > MAX_TERM_CHARS or len(_WORD.findall(part)) > MAX_TERM_WORDS:
+                    raise GlossaryError(f"{where}:{number}: {part[:40]!r}... is no term: at "
+                                        f"most {MAX_TERM_WORDS} words, {MAX_TERM_CHARS} "
+                                        "characters")
             if _key(source) in terms:
                 raise GlossaryError(f"{where}:{number}: {source!r} is there twice")
             terms[_key(source)] = Term(source, target)

@@ -36,6 +36,9 @@ def test_the_file_names_names_and_terms_with_their_translations():
     ("Voxweft\n = ponte\n", "glossary:2: '= ponte' has no term"),
     ("Voxweft\nvoxweft\n", "glossary:2: 'voxweft' is there twice"),
     ("\n".join(f"term{i}" for i in range(201)), "201 entries; at most 200"),
+    # no term: its spelling would cost the square of the transcript (issue 48)
+    ("Voxweft = " + "palavra " * 9, "glossary:1: 'palavra .*is no term: at most 8 words"),
+    ("x" * 81, "glossary:1: .*is no term: at most 8 words, 80 characters"),
 ])
 def test_a_bad_line_is_named(text, error):
     with pytest.raises(GlossaryError, match=error):
@@ -149,7 +152,9 @@ def test_a_glossary_that_is_no_text_file_of_terms_is_refused_not_read_whole(tmp_
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)   # opened, it would wait for a writer for ever
     for path, words in ((big, "over 1024 KiB"), (fifo, "not a file"),
-                        (tmp_path, "not a file"), ("/dev/zero", "not a file")):
+                        (tmp_path, "not a file"), ("/dev/zero", "not a file"),
+                        # the environment (KEY=value lines) spoken as translations: no
+                        ("/proc/self/environ", "not a file on disk")):
         with pytest.raises(GlossaryError, match=words):
             Glossary.read(path)
     assert len(Glossary.read(_write(tmp_path / "ok.txt", "term = termo\n")).terms) == 1
