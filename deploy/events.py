@@ -120,13 +120,24 @@ class Listener:
         # Beyond loopback a CURVE server with this host's keys (`up` checked they exist).
         self.curve = topology.curve(host) if host in topology.hosts else None
         self.auth = self.curve.start(self.ctx, f"supervisor.{host}") if self.curve else None
-        self.pub = sockets.pub(self.ctx, topology.events_bind(host), self.curve)
+        # Its port taken, it still watches the owner and answers supervisord: it only says
+        # nothing on the bus (when it exited instead, the run went on without its watchdog,
+        # and a killed `interpret` left everything running, issue 48).
+        self.pub = None
+        try:
+            self.pub = sockets.pub(self.ctx, topology.events_bind(host), self.curve)
+        except zmq.ZMQError as exc:
+            log.error("events: cannot bind %s (%s); change hosts.%s.events_port (the actors' "
+                      "states are not published; the run is still watched)",
+                      topology.events_bind(host), exc, host)
         self.lock = threading.Lock()
         self.latest: dict[str, Supervision] = {}
         self.sender = Sender(f"supervisor.{host}")
 
     def send(self, msg: Supervision) -> None:
         """Publish one message (from either thread)."""
+        if self.pub is None:
+            return
         with self.lock:
             self.pub.send_multipart(encode(self.sender.stamp(msg)))
 
@@ -222,12 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(message)s")
     topology = load(args.topology, args.host)   # other hosts' engines are not imported
     sup = Supervisor(Path(args.topology).resolve().parent)
-    try:
-        listener = Listener(topology, args.host, sup)
-    except zmq.ZMQError as exc:
-        log.error("events: cannot bind %s (%s); change hosts.%s.events_port",
-                  topology.events_bind(args.host), exc, args.host)
-        return 2
+    listener = Listener(topology, args.host, sup)
     stop = threading.Event()
     owner = Owner(args.owner) if args.owner else None
     threading.Thread(target=listener.repeat, args=(stop, owner), daemon=True).start()

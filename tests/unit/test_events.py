@@ -115,3 +115,46 @@ def test_the_owner_is_not_taken_for_gone_when_the_wall_clock_steps(monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_watchdog_holds_when_the_events_port_is_taken(tmp_path):
+    # Its port taken, the listener used to exit before watching the owner: the run went on,
+    # and a killed `interpret` then left everything running (issue 48). Now it says so and
+    # still shuts the run down when the owner is gone.
+    import socket
+    import wave
+
+    from tests.conftest import local_topology
+
+    with wave.open(str(tmp_path / "in.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"\0\0" * 1600)
+    path = local_topology(tmp_path, tmp_path / "in.wav", tmp_path / "out.wav")
+    port = int(load(path).events_bind("_interpret").rsplit(":", 1)[1])
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", port))
+    taken.listen()
+    owner = subprocess.Popen(["sleep", "60"])
+    log = tmp_path / "events.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "voxweft.deploy.events", "--topology",
+                                 str(path), "--host", "_interpret", "--owner", str(owner.pid)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+    try:
+        assert proc.stdout.readline() == b"READY\n"   # it answers supervisord
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 20
+        while "is gone: stopping" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+        taken.close()
+        if owner.poll() is None:
+            owner.kill()
+    said = log.read_text()
+    assert "cannot bind" in said and "the run is still watched" in said, said
+    assert "is gone: stopping the actors and supervisord" in said, said
