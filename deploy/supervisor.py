@@ -65,7 +65,7 @@ def default_run_dir(host: str) -> Path:
     return Path(base) / f"voxweft-{os.getuid()}-{host}"
 
 
-def _check_own(folder: Path) -> None:
+def check_own(folder: Path) -> None:
     """Refuse a run folder this user did not make: a link, or another user's.
 
     In /tmp anyone may make `voxweft-UID-HOST` first, and read or replace what is put in it.
@@ -285,10 +285,10 @@ class Supervisor:
                                   "choose another --run-dir")
         conf = render(topology, host, self.run_dir, captions, owner)
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _check_own(self.run_dir)
+        check_own(self.run_dir)
         os.chmod(self.run_dir, 0o700)
         (self.run_dir / "logs").mkdir(exist_ok=True)
-        _check_own(self.run_dir / "logs")
+        check_own(self.run_dir / "logs")
         (self.run_dir / "topology.toml").write_text(topology.dumps(), encoding="utf-8")
         self.conf.write_text(conf, encoding="utf-8")
         os.chmod(self.conf, 0o600)   # it may hold the captions page's access token

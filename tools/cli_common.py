@@ -5,11 +5,18 @@ Loading a topology for a host imports that host's engines alone (`deploy.topolog
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from voxweft.deploy import topology as topo_mod
-from voxweft.deploy.supervisor import CaptionsProgram, Supervisor, SupervisorError, default_run_dir
+from voxweft.deploy.supervisor import (
+    CaptionsProgram,
+    Supervisor,
+    SupervisorError,
+    check_own,
+    default_run_dir,
+)
 from voxweft.deploy.topology import TopologyError
 
 
@@ -43,6 +50,8 @@ def running_supervisor(args) -> tuple[Supervisor, object]:
     if run_dir is None:
         host = which_host(topo_mod.load(args.topology, host), host)
         run_dir = default_run_dir(host)
+    if run_dir.exists():   # another user's (or a link) is never read or talked to
+        check_own(run_dir)
     sup = Supervisor(run_dir)
     if not sup.running():
         raise SupervisorError(f"voxweft is not running (no supervisord on {sup.socket}); "
@@ -87,6 +96,8 @@ def tap_topology(args):
         topology = topo_mod.load(None, args.host)
         hosts = {config.host for config in topology.actors.values()}
         run_dir = default_run_dir(which_host(topology, args.host)) if len(hosts) == 1 else None
+    if run_dir is not None and os.path.lexists(run_dir):
+        check_own(run_dir)   # its topology names the endpoints we connect to
     if run_dir is not None and (run_dir / "topology.toml").exists():
         return topo_mod.load(run_dir / "topology.toml", args.host)
     return topo_mod.load(args.topology, args.host)

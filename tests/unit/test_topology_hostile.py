@@ -272,3 +272,31 @@ def test_a_run_directory_someone_else_made_is_refused_not_used(tmp_path):
     mine = tmp_path / "mine"
     Supervisor(mine).write(topology, "local")
     assert (mine / "supervisord.conf").exists() and (mine.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("command", ["status", "down", "logs", "restart", "tap", "watch",
+                                     "captions", "replay"])
+def test_every_command_refuses_a_run_directory_someone_else_made(tmp_path, command):
+    # Only `up` checked: the others talked to the supervisord socket or read the topology
+    # (the endpoints to connect to) of a folder anyone could have made first (issue 48).
+    import argparse
+
+    from voxweft.tools.cli_common import running_supervisor, tap_topology
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "topology.toml").write_text(load(None).dumps())
+    link = tmp_path / "link"
+    link.symlink_to(theirs)
+    folders = [link]
+    if os.getuid() == 0:   # CI is root: hand it to nobody, as another user would have made it
+        os.chown(theirs, 65534, 65534)
+        folders.append(theirs)
+    args = argparse.Namespace(run_dir=None, host=None, topology=None, key=None)
+    read = tap_topology if command in ("tap", "captions", "replay") else \
+        running_supervisor
+    for folder in folders:
+        args.run_dir = str(folder)
+        with pytest.raises(SupervisorError, match="someone else may have made it") as info:
+            read(args)
+        _one_line(info.value)
