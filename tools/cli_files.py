@@ -57,7 +57,10 @@ def cmd_bench(args) -> int:
             if args.echo and args.live:   # real devices, real time: its own report
                 from voxweft.tools.bench import echolive
 
-                print(echolive.markdown(echolive.bench_echo_live(base, out)))
+                try:
+                    print(echolive.markdown(echolive.bench_echo_live(base, out)))
+                except echolive.LiveBenchError as exc:
+                    return die(f"bench --echo --live: {exc}")
                 print(f"voxweft bench: report in {out / 'echo-live.json'} (and echo-live.md)")
                 return 0
             if args.echo:   # offline: no pipeline, its own report

@@ -40,3 +40,13 @@ def test_what_was_heard_counts_against_the_speakers_words():
     report = {"speaker_words": 9, "readers": ["lj"], "after_s": 20.0,
               "rows": [{"condition": "headphones", "echo_mode": "off", **got}]}
     assert "| headphones | off |" in echolive.markdown(report)
+
+
+def test_without_a_sound_server_the_live_bench_says_what_to_install(monkeypatch, tmp_path, capsys):
+    from voxweft.tools import cli
+
+    monkeypatch.setattr(echolive, "missing", lambda: ["pulseaudio"])
+    code = cli.main(["bench", "--echo", "--live", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert code == 1 and "pulseaudio not found" in err and "apt-get install" in err
+    assert len(err.strip().splitlines()) == 1, err

@@ -51,6 +51,10 @@ AFTER_S = 20.0
 START_S = 2.0
 
 
+class LiveBenchError(RuntimeError):
+    """The live bench cannot run here (no sound server, no relay) or a session failed."""
+
+
 def speech(path: Path) -> str:
     """Write the speaker's continuous speech (the offline bench's cast); return its words."""
     near = offline.near_end()
@@ -74,7 +78,7 @@ class Relay:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 20.0) -> None:
-        """Start relaying; RuntimeError if the stream does not open."""
+        """Start relaying; LiveBenchError if the stream does not open."""
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "voxweft.tools.bench.roomrelay", str(self.path)],
@@ -84,7 +88,7 @@ class Relay:
         while "relaying" not in self.log.read_text(errors="replace"):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("the room's relay did not start: "
+                raise LiveBenchError("the room's relay did not start: "
                                    + self.log.read_text(errors="replace")[-1500:])
             time.sleep(0.05)
 
@@ -191,7 +195,10 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
     saved = {k: os.environ.get(k) for k in ("PULSE_SERVER", "PULSE_RUNTIME_PATH")}
     relay = collector = None
     try:
-        daemon.start()
+        try:
+            daemon.start()
+        except RuntimeError as exc:
+            raise LiveBenchError(f"the sound server: {exc}") from None
         os.environ.update(PULSE_SERVER=daemon.server, PULSE_RUNTIME_PATH=str(daemon.dir))
         topology = file_topology(base, wav, out, "en", "pt", fast=False, live=True)
         topology = topology.with_overrides({"actors": {
@@ -205,7 +212,7 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
                                                          b"status.capture"],
                                    out, timeout_s=600, what=f"live: {name}")
         if code:
-            raise RuntimeError(f"{name}: {reason}")
+            raise LiveBenchError(f"{name}: {reason}")
         return {"echo_handling": topology.echo_handling, **measure(collector, reference)}
     finally:
         if collector is not None:
@@ -224,8 +231,8 @@ def bench_echo_live(base: Topology, out: Path, conditions=CONDITIONS) -> dict:
     """Every condition, one live session each; echo-live.json and echo-live.md."""
     lacking = missing()
     if lacking:
-        raise RuntimeError(f"{', '.join(lacking)} not found: the live echo bench needs a "
-                           f"PulseAudio daemon ({INSTALL})")
+        raise LiveBenchError(f"{', '.join(lacking)} not found: the live echo bench needs a "
+                             f"PulseAudio daemon ({INSTALL})")
     from voxweft.actors.engines import build
 
     tts = build("tts", base.actors["tts"].engine, base.actors["tts"].engine_settings())
