@@ -40,10 +40,11 @@ MAX_FLOAT_SAMPLE = 32.0
 #: which is what msgpack packs (a peer's 2**64 once summed into a counter killed the
 #: receiver's heartbeat at its next encode).
 MAX_WIRE_INT = 2 ** 62
-#: ... and every float (seconds of media, durations, levels, speeds) within +-1e9: 31 years
-#: of seconds. A media time of 1e308 made the captions server's subtitles answer 500 for the
-#: rest of the session (its sums overflowed to inf).
-MAX_WIRE_FLOAT = 1e9
+#: ... and every float (seconds of media, durations, levels, speeds, two hosts' clocks apart
+#: in ms) within +-1e13: 317 years in ms, a clock reset to 1970 included. A media time of
+#: 1e308 made the captions server's subtitles answer 500 for the rest of the session (its
+#: milliseconds overflowed to inf).
+MAX_WIRE_FLOAT = 1e13
 
 #: The text of a bad value in an error: short, and flat however deep it is nested (the
 #: builtin repr of a value nested 1000 deep raises RecursionError).
