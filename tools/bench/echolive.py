@@ -34,6 +34,7 @@ import numpy as np
 
 from voxweft.deploy.session import run_session
 from voxweft.deploy.topology import Topology
+from voxweft.protocol import bus as wire
 from voxweft.protocol.messages import BUS_RATE, Status, Transcript, VadEvent
 from voxweft.tools.bench import echo as offline
 from voxweft.tools.bench import room
@@ -208,9 +209,9 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
         relay = Relay(daemon.env, response, out)
         relay.start()
         collector = LiveCollector(wav, daemon.env)
-        code, reason = run_session(topology, collector, [b"vad.", b"transcript.",
-                                                         b"status.capture"],
-                                   out, timeout_s=600, what=f"live: {name}")
+        topics = [wire.topic(VadEvent), wire.topic(Transcript), wire.topic(Status, "capture")]
+        code, reason = run_session(topology, collector, topics, out, timeout_s=600,
+                                   what=f"live: {name}")
         if code:
             raise LiveBenchError(f"{name}: {reason}")
         return {"echo_handling": topology.echo_handling, **measure(collector, reference)}
