@@ -208,9 +208,14 @@ def bench_echo(base: Topology, out: Path, rooms=DEFAULT_ROOMS, engines=ENGINES) 
     report = {"speech_s": round(len(s.near) / BUS_RATE, 1),
               "speaker_words": sum(len(_words(t).split()) for *_x, t in s.clips),
               "readers": [r for r, _db in CAST], "rows": rows}
+    return save(out, "echo", report, markdown)
+
+
+def save(out: Path, name: str, report: dict, table) -> dict:
+    """`report` as out/NAME.json and its `table` as out/NAME.md; the report."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "echo.json").write_text(json.dumps(report, indent=1))
-    (out / "echo.md").write_text(markdown(report))
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    (out / f"{name}.md").write_text(table(report))
     return report
 
 

@@ -252,9 +252,7 @@ def bench_echo_live(base: Topology, out: Path, conditions=CONDITIONS) -> dict:
         print(json.dumps(rows[-1]), flush=True)
     report = {"speaker_words": len(_words(reference)), "readers": [r for r, _db in offline.CAST],
               "after_s": AFTER_S, "rows": rows}
-    (out / "echo-live.json").write_text(json.dumps(report, indent=1))
-    (out / "echo-live.md").write_text(markdown(report))
-    return report
+    return offline.save(out, "echo-live", report, markdown)
 
 
 def markdown(report: dict) -> str:
