@@ -229,8 +229,13 @@ def test_the_voice_is_encoded_once_and_reused_by_every_piece(tiny, backend):
     vae.encode = lambda *a, **k: (calls.append(1), encode(*a, **k))[1]
     text = "Olá, tudo bem? Eu vim aqui hoje, com os meus amigos, para falar de música."
     assert len(e.plan(text)) >= 3
+    # On mlx the pieces are sized by the pace measured so far, and the first call measures
+    # more: the same pace for both calls, so the same pieces (else the audio differs where
+    # the plan does, on a machine whose speed moves the plan; CI on 32171e0).
+    pace = copy.deepcopy(e.pace)
     first = _audio(e, text, voice=_ref(0))
     assert len(calls) == 1 and e.encoded == 1        # one encoding for all the pieces
+    e.pace = copy.deepcopy(pace)
     assert np.array_equal(first, _audio(e, text, voice=_ref(0)))   # reused: same voice
     assert len(calls) == 1
     _audio(e, text, voice=_ref(1))                   # the next utterance's voice: once more
