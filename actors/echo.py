@@ -91,10 +91,26 @@ def describe(state: dict[str, float]) -> str:
         return ""
     if not state.get("converged"):
         return (f"echo: learning the room ({state.get('playing_s', 0):.0f} s of the loudspeaker "
-                "heard; the microphone is silenced while it plays until then)")
+                "heard; until then what the microphone hears while it plays is held back)")
     delay = f", delay {state['delay_ms']:.0f} ms" if "delay_ms" in state else ""
     return (f"echo: cancelled (converged{delay}, the microphone "
             f"{state.get('removed_db', 0):.0f} dB quieter while the loudspeaker plays)")
+
+
+def _learnt(mic: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:
+    """Whether some WINDOW_BLOCKS of playing blocks lost CONVERGED_DB from `mic` to `out`."""
+    playing = [i for i in range(0, len(ref) - BLOCK + 1, BLOCK)
+               if np.sqrt(np.mean(ref[i:i + BLOCK] ** 2)) >= PLAYING_RMS]
+    if len(playing) < WINDOW_BLOCKS:
+        return False
+    m = np.array([np.sum(mic[i:i + BLOCK] ** 2) for i in playing], np.float64)
+    o = np.array([np.sum(out[i:i + BLOCK] ** 2) for i in playing], np.float64)
+    # every window of WINDOW_BLOCKS playing blocks in a row (a pause of the speaker's
+    # anywhere in it, not only where a fixed window would fall)
+    m = np.convolve(m, np.ones(WINDOW_BLOCKS), "valid")
+    o = np.convolve(o, np.ones(WINDOW_BLOCKS), "valid")
+    return bool(np.any(10 * np.log10(np.maximum(m, 1e-20) / np.maximum(o, 1e-20))
+                       >= CONVERGED_DB))
 
 
 class Reference:
@@ -292,7 +308,7 @@ class EchoPath:
             if self.converged:
                 ready.append(self._again())
             elif not self.held[-1][3] or late_ms >= HOLD_MAX_MS:
-                ready.append(self._silenced())
+                ready.append(self._settled())
             if not self.held:
                 ready_ns = self.held_ns if ready_ns is None else ready_ns
                 self.counters["echo_held_max_ms"] = max(self.counters["echo_held_max_ms"],
@@ -301,7 +317,14 @@ class EchoPath:
         return out, start_ns if ready_ns is None else ready_ns
 
     def _again(self) -> np.ndarray:
-        """What was held, through the filter again now that it has learnt the room.
+        """What was held, through the filter again now that it has learnt the room."""
+        out = self._passes()
+        self.counters["echo_again_ms"] += len(out) * 1000 // BUS_RATE
+        self._drop_held()
+        return out
+
+    def _passes(self) -> np.ndarray:
+        """The filter goes over what was held AGAIN_PASSES times; the last pass's output.
 
         The blocks before the held ones go through first (their output dropped): the filter
         then looks back on what really came before. The filter ends where it was, after the
@@ -314,9 +337,27 @@ class EchoPath:
                 self.engine.process(np.concatenate([m for m, _r in self.before]),
                                     np.concatenate([r for _m, r in self.before]))
             out = self.engine.process(mic, ref)
-        self.counters["echo_again_ms"] += len(mic) * 1000 // BUS_RATE
-        self._drop_held()
         return out
+
+    def _settled(self) -> np.ndarray:
+        """The loudspeaker stopped (or played on too long) before the filter learnt the room.
+
+        The filter goes over what it held again: it learns from the same seconds once more
+        (a first translation shorter than CONVERGED_PLAYING_MS is the usual case: live, its
+        1.0 s was silenced in every run, the speaker's words with it). If a window of that
+        playing then lost CONVERGED_DB, the criterion `converged` has everywhere, the filter
+        has learnt the room and what was held goes on cancelled; else silenced, as before.
+        """
+        out = self._passes()
+        mic = np.concatenate([m for m, _r, _o, _e in self.held])
+        ref = np.concatenate([r for _m, r, _o, _e in self.held])
+        if _learnt(mic, ref, out):
+            self.converged = True
+            self.counters["echo_converged_after_ms"] = self.counters["echo_playing_ms"]
+            self.counters["echo_again_ms"] += len(out) * 1000 // BUS_RATE
+            self._drop_held()
+            return out
+        return self._silenced()
 
     def _silenced(self) -> np.ndarray:
         """What was held, when the filter did not learn the room in time.

@@ -15,8 +15,9 @@ echo engine, and against the headphones (the speaker alone) and no cancelling at
   words that are the loudspeaker heard back (0 is right);
 - `erle_db`: echo removed on single talk once converged (the last 8 s, the loudspeaker alone),
   from the residual (output minus speaker and noise: exact for a linear canceller);
-- `converged_s`: seconds of loudspeaker playing until the canceller says converged (the
-  microphone is silenced while it plays until then); `gated_s`: how long that was;
+- `converged_s`: seconds of loudspeaker playing until the canceller says converged (what the
+  microphone hears while it plays is held until then, and silenced when the loudspeaker
+  stopped before it was learnt); `gated_s`: how long was silenced;
 - `cpu`: CPU seconds per second of audio; `latency_ms`: what cancelling adds (frames pass
   straight through: 0, plus the CPU time of a frame).
 
