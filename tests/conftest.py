@@ -33,6 +33,15 @@ def pytest_configure(config) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The suite stopped by SIGTERM (`timeout`, a CI runner) or SIGHUP stops as Ctrl-C does:
+    # the running test's fixtures are torn down. Killed outright instead, a test's `up` was
+    # left running and held the default ports, and the next run's `up` failed on them.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupted)
+
+
+def _interrupted(signum, _frame) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -106,11 +115,22 @@ def short_tmp():
 
 def local_topology(directory: Path, input_wav: Path, output_wav: Path,
                    overrides: dict | None = None) -> Path:
-    """A topology file on free loopback ports: file capture, WAV player."""
+    """A topology file on free loopback ports: file capture, WAV player.
+
+    (A session of `interpret` binds none: its sockets are ipc:// in its run directory. The
+    tests that start actors or supervisord themselves use TCP, as `up` does.)
+    """
+    from voxweft.deploy.session import HOST
     from voxweft.deploy.topology import load
+    from voxweft.protocol.sockets import free_ports
     from voxweft.tools.interpret import file_topology
 
     topology = file_topology(load(None), input_wav, output_wav.parent, "en", "pt", fast=False)
+    ports = free_ports(8)
+    actors = {name: {"port": port} for name, port in zip(topology.actors, ports, strict=False)}
+    actors["segmenter"]["push_port"] = ports[6]
+    topology = topology.with_overrides({"actors": actors,
+                                        "hosts": {HOST: {"events_port": ports[7]}}})
     if overrides:
         topology = topology.with_overrides(overrides)
     path = directory / "topology.toml"
