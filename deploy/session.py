@@ -19,6 +19,7 @@ from pathlib import Path
 
 from voxweft.actors import budget
 from voxweft.actors.engines import memory_check
+from voxweft.actors.settings.topology import IPC_FOLDER_MAX
 from voxweft.deploy.events import Board, exit_words
 from voxweft.deploy.supervisor import (
     CaptionsProgram,
@@ -79,18 +80,28 @@ def run_session(topology: Topology, collector, topics: list[bytes], out_dir: Pat
     print(f"voxweft: {line}", flush=True)
     if not fits:
         return 1, line
+    run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
+    if len(str(run_dir)) > IPC_FOLDER_MAX:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return 1, (f"the temporary folder {run_dir.parent} is too long a path for the bus's "
+                   f"sockets (at most {IPC_FOLDER_MAX - 12} characters): set TMPDIR to a "
+                   "shorter one")
     # `timeout`, systemd and CI runners send SIGTERM; a closed terminal SIGHUP.
     original = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
     original[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+    # Every socket, the recorder's too, is an ipc:// endpoint in the private (0700) run
+    # directory: no TCP port to find free and then lose to another run (two runs drew the
+    # same port, and one's asr took the other's segments), none where the machine has no
+    # free one, and no other local user on the bus.
+    sup = Supervisor(run_dir)
     # Every actor dials this recorder from its start, so a restarted one is heard from its
     # first message: subscribed to its PUB instead, a restarted mt's translations went out
     # before our reconnect reached it (0.5-2 s of backoff; mt loads in 0.4-0.9 s) and were
     # missing from translation.jsonl though they were spoken (CI, test_chaos).
     bus = BusClient([], topics)
-    recorder = bus.bind()
-    topology = topology.with_overrides({"hosts": {HOST: {"recorder": recorder}}})
-    run_dir = Path(tempfile.mkdtemp(prefix="vw-"))
-    sup = Supervisor(run_dir)
+    recorder = bus.bind(f"ipc://{run_dir}/recorder")
+    topology = topology.with_overrides({"hosts": {HOST: {"recorder": recorder,
+                                                         "ipc": str(run_dir)}}})
     sup.write(topology, HOST, captions, owner=os.getpid())   # gone with us, even on SIGKILL
     if captions is not None:
         print(f"voxweft: captions: {captions_url}", flush=True)

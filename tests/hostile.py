@@ -7,8 +7,8 @@ Per endpoint, in turn until `--frames` frames are sent in all:
   accept only PULL, which cannot send): random frames, empty frames, random multipart,
   frames over the receiver's size limit;
 - as a ZeroMQ peer of the wrong type (DEALER, PUSH): refused at the handshake;
-- as plain TCP: random bytes, a greeting cut short, a valid greeting then a frame header that
-  claims 2^62 bytes.
+- as a plain stream (TCP, or a unix socket for ipc://): random bytes, a greeting cut
+  short, a valid greeting then a frame header that claims 2^62 bytes.
 Prints one JSON line of what it sent.
 """
 
@@ -28,15 +28,29 @@ GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x01" + b"NULL" + b"\x00" * 1
     + b"\x00" * 31
 
 
-def raw_tcp(endpoint: str, rng: random.Random) -> int:
-    """Three plain TCP connections with garbage; returns the frames (writes) sent."""
+def _stream(endpoint: str) -> socket.socket:
+    """A plain stream connection to a ZeroMQ endpoint: TCP, or a unix socket for ipc://."""
+    if endpoint.startswith("ipc://"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(1)
+        try:
+            s.connect(endpoint.removeprefix("ipc://"))
+        except OSError:
+            s.close()
+            raise
+        return s
     host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=1)
+
+
+def raw_tcp(endpoint: str, rng: random.Random) -> int:
+    """Three plain connections (TCP, or unix for ipc://) with garbage; the writes sent."""
     sent = 0
     for payload in (rng.randbytes(rng.randint(1, 4096)),
                     GREETING[:rng.randint(1, len(GREETING) - 1)],
                     GREETING + b"\x06" + struct.pack(">Q", 1 << 62) + rng.randbytes(64)):
         try:
-            with socket.create_connection((host, int(port)), timeout=1) as s:
+            with _stream(endpoint) as s:
                 s.sendall(payload)
                 sent += 1
                 s.settimeout(0.05)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from voxweft.actors.settings.topology import DEFAULT_EVENTS_PORT
 from voxweft.deploy.session import HOST, run_session
 from voxweft.deploy.supervisor import CaptionsProgram
 from voxweft.deploy.topology import Topology, parse
@@ -26,7 +27,6 @@ from voxweft.protocol.messages import (
     VadEvent,
     trace_ns,
 )
-from voxweft.protocol.sockets import free_ports
 from voxweft.tools.captions import url
 from voxweft.tools.captions.room import SpokenShare, speech_seconds
 from voxweft.tools.languages import fit_engines
@@ -49,13 +49,17 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
 
     Not `live`: every utterance is spoken, however far behind (no max_lag_s bound). `live`
     (the bench in real time) keeps the topology's bound, as with a microphone.
+
+    Its ports are never bound: the session (deploy.session) puts every socket in its private
+    run directory as an ipc:// endpoint. They are only told apart (a base topology on two
+    hosts may use one port on both).
     """
     raw = copy.deepcopy(base.raw)
     raw.setdefault("pipeline", {}).update(src_lang=src, tgt_lang=tgt)
     for line in fit_engines(raw, src, tgt):   # the user asked for languages, not engines
         print(f"voxweft: {src}->{tgt} needs another engine: using {line}", flush=True)
     base = parse(raw, base.source)
-    ports = free_ports(8)
+    ports = [DEFAULT_EVENTS_PORT + 1 + i for i in range(8)]
     actors = {name: {"host": HOST, "port": ports[i]}
               for i, name in enumerate(base.actors)}
     actors["segmenter"]["push_port"] = ports[6]
@@ -67,7 +71,7 @@ def file_topology(base: Topology, input_path: Path, out_dir: Path, src: str, tgt
     return base.with_overrides({
         "pipeline": pipeline,
         "hosts": {HOST: {"address": "127.0.0.1", "bind": "127.0.0.1",
-                         "events_port": ports[7]}},
+                         "events_port": DEFAULT_EVENTS_PORT}},
         "actors": actors,
     })
 

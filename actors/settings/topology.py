@@ -42,6 +42,9 @@ EngineCheck = Callable[[str, EngineConfig, str, bool], object]
 DEFAULT_MAX_LAG_S = 8.0
 #: Where a host's supervisord event listener publishes actor process states (deploy.events).
 DEFAULT_EVENTS_PORT = 27600
+#: The longest `ipc` folder: its sockets' paths ("/segmenter" more) stay within the 103
+#: bytes a unix socket path may have on macOS (107 on Linux).
+IPC_FOLDER_MAX = 90
 #: A host's or a client's name: it names files (a run directory, key files) and is an argument
 #: on supervisord's command lines, so it is one plain word (no path, space, quote or `%`).
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}")
@@ -103,6 +106,19 @@ class HostTable(Settings):
     # PUB dials as well, so that it hears a restarted actor from its first message. Set by the
     # session runner, not by hand. "" = none.
     recorder: str = ""
+    # A folder on this machine: the host's sockets (its actors', the segments', the event
+    # listener's) are ipc:// endpoints in it, not TCP ports. For a session on one host
+    # (`interpret`, `bench`: their private 0700 run directory): no port to find free, none to
+    # lose to another run, and no other local user on the bus. Set by the session runner.
+    ipc: str = ""
+
+    @field_validator("ipc")
+    @classmethod
+    def _folder(cls, folder: str) -> str:
+        if folder and not (os.path.isabs(folder) and len(folder) <= IPC_FOLDER_MAX):
+            raise ValueError(f"ipc = {folder!r:.60} must be an absolute folder of at most "
+                             f"{IPC_FOLDER_MAX} characters (a unix socket's path is short)")
+        return folder
 
     @field_validator("recorder")
     @classmethod
@@ -152,6 +168,13 @@ class Host:
     secret_key: str = ""          # "" = the keys folder's NAME.key_secret
     allow: tuple[str, ...] = ()
     recorder: str = ""            # a session's recorder, dialled by its actors' PUBs
+    ipc: str = ""                 # a folder: its sockets are ipc:// endpoints in it
+
+    def endpoint(self, name: str, port: int, side: str) -> str:
+        """The endpoint of its socket `name` (on `port` over TCP); `side`: bind or connect."""
+        if self.ipc:
+            return f"ipc://{self.ipc}/{name}"
+        return f"tcp://{self.bind if side == 'bind' else self.address}:{port}"
 
     @property
     def curve(self) -> bool:
@@ -234,11 +257,11 @@ class Topology:
 
     def pub_bind(self, actor: str) -> str:
         """Endpoint the actor's PUB socket binds."""
-        return f"tcp://{self.host_of(actor).bind}:{self.actors[actor].port}"
+        return self.host_of(actor).endpoint(actor, self.actors[actor].port, "bind")
 
     def pub_connect(self, actor: str) -> str:
         """Endpoint a subscriber connects to for the actor's PUB socket."""
-        return f"tcp://{self.host_of(actor).address}:{self.actors[actor].port}"
+        return self.host_of(actor).endpoint(actor, self.actors[actor].port, "connect")
 
     def recorder_connect(self, actor: str) -> str:
         """Endpoint of a session's recorder the actor's PUB dials as well ("" = none)."""
@@ -246,22 +269,29 @@ class Topology:
 
     def push_bind(self) -> str:
         """Endpoint the segmenter's PUSH (segments to ASR) binds."""
-        return f"tcp://{self.host_of('segmenter').bind}:{self.actors['segmenter'].push_port}"
+        return self.host_of("segmenter").endpoint(
+            "segments", self.actors["segmenter"].push_port, "bind")
 
     def push_connect(self) -> str:
         """Endpoint ASR workers connect their PULL socket to."""
-        return f"tcp://{self.host_of('segmenter').address}:{self.actors['segmenter'].push_port}"
+        return self.host_of("segmenter").endpoint(
+            "segments", self.actors["segmenter"].push_port, "connect")
 
     def events_bind(self, host: str) -> str:
         """Endpoint the event listener of `host` binds."""
-        return f"tcp://{self.hosts[host].bind}:{self.hosts[host].events_port}"
+        return self.hosts[host].endpoint("events", self.hosts[host].events_port, "bind")
 
     def events_connect(self, host: str) -> str:
         """Endpoint a watcher connects to for `host`'s actor process states."""
-        return f"tcp://{self.hosts[host].address}:{self.hosts[host].events_port}"
+        return self.hosts[host].endpoint("events", self.hosts[host].events_port, "connect")
 
     def ports_bound_on(self, host: str) -> list[tuple[str, int]]:
-        """(key, port) of every socket `host` binds: its event listener's and its actors'."""
+        """(key, port) of every TCP port `host` binds: its event listener's and its actors'.
+
+        None when its sockets are ipc:// endpoints.
+        """
+        if self.hosts[host].ipc:
+            return []
         bound = [(f"hosts.{host}.events_port", self.hosts[host].events_port)]
         for name in self.actors_on(host):
             bound.append((f"actors.{name}.port", self.actors[name].port))
@@ -428,6 +458,16 @@ class TopologyFile(Settings):
         return self
 
     @model_validator(mode="after")
+    def _ipc_alone(self) -> TopologyFile:
+        for name, entry in self.hosts.items():
+            away = [a for a in ACTOR_NAMES if getattr(self.actors, a).host != name]
+            if entry.ipc and away:
+                raise ValueError(f"hosts.{name}.ipc: ipc:// endpoints reach no other machine, "
+                                 f"but {', '.join(away)} run elsewhere; put every actor on "
+                                 f"{name} or drop ipc")
+        return self
+
+    @model_validator(mode="after")
     def _ports_apart(self) -> TopologyFile:
         actors = {name: getattr(self.actors, name) for name in ACTOR_NAMES}
         ports: dict[tuple[str, int], str] = {}
@@ -477,7 +517,7 @@ def parse(raw: dict, source: str = "<topology>", host: str | None = None,
             check_engine(name, config, f"{source}: actors.{name}", host in (None, config.host))
     hosts = {name: Host(name, entry.address, entry.bind or entry.address, entry.events_port,
                         entry.public_key, entry.secret_key, tuple(entry.allow),
-                        entry.recorder)
+                        entry.recorder, entry.ipc)
              for name, entry in checked.hosts.items()}
     glossary = None
     if pipeline.glossary:

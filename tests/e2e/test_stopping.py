@@ -87,6 +87,12 @@ def test_sigkill_of_the_command_leaves_nothing_running(tmp_path, command):
     proc, _out, run_root = _start(tmp_path, command)
     try:
         _wait_for_a_translation(proc, run_root)
+        # Issue 48: a session on one host listens on no TCP port (its sockets are ipc:// in
+        # its private run directory), so no port race and no other local user on the bus.
+        listening = {kind: _tcp_listening(pids) for kind, pids in
+                     run_processes(str(run_root)).items()}
+        assert set(listening) >= {*ACTOR_NAMES, "events", "supervisord"}, listening
+        assert not any(listening.values()), listening
         proc.kill()
         proc.wait(10)
         t0 = time.monotonic()
@@ -107,6 +113,17 @@ def test_sigkill_of_the_command_leaves_nothing_running(tmp_path, command):
     assert took < 15, f"supervisord and the actors ran on {took:.1f} s after the SIGKILL"
     logs = list(run_root.glob("vw-*/logs/events.log"))
     assert logs and "is gone: stopping the actors" in logs[0].read_text()
+
+
+def _tcp_listening(pids: list[int]) -> list[str]:
+    """The TCP ports these processes listen on ("address:port")."""
+    ports = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            ports += [f"{c.laddr.ip}:{c.laddr.port}" for c in
+                      psutil.Process(pid).net_connections(kind="tcp")
+                      if c.status == psutil.CONN_LISTEN]
+    return ports
 
 
 def _start(tmp_path, command):

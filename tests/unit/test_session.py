@@ -53,9 +53,9 @@ class FakeBus:
         self.bound: list[str] = []
         self.closed = False
 
-    def bind(self):
-        self.bound.append("tcp://127.0.0.1:4242")
-        return self.bound[-1]
+    def bind(self, endpoint):
+        self.bound.append(endpoint)
+        return endpoint
 
     def attend(self):
         pass
@@ -120,7 +120,11 @@ def test_a_session_feeds_the_collector_until_it_is_done_and_keeps_the_logs(fakes
     # The actors dial the collector's bus (it hears a restarted one from its first message);
     # it connects to none of them.
     assert buses[0].bound and buses[0].endpoints == []
-    assert sup.topology.overrides == {"hosts": {session.HOST: {"recorder": buses[0].bound[0]}}}
+    # Every socket is an ipc:// endpoint in the private run directory: no TCP port.
+    run_dir = str(sup.run_dir)
+    assert sup.topology.overrides == {"hosts": {session.HOST: {
+        "recorder": f"ipc://{run_dir}/recorder", "ipc": run_dir}}}
+    assert buses[0].bound == [f"ipc://{run_dir}/recorder"]
     assert signal.getsignal(signal.SIGTERM) == before               # handlers given back
     out = capsys.readouterr().out
     assert "voxweft: fits in memory" in out and "testing" in out and "keeps up" in out

@@ -547,3 +547,39 @@ def test_a_session_recorder_is_an_endpoint_on_this_machine():
     raw["hosts"]["local"]["recorder"] = "tcp://192.168.1.9:41234"   # the bus would leave
     assert "recorder = 'tcp://192.168.1.9:41234' must be an endpoint on this machine" in \
         _error(raw)
+
+
+def test_a_host_with_an_ipc_folder_binds_no_tcp_port(tmp_path):
+    # Issue 48: a session on one host (interpret, bench) puts its sockets in its private run
+    # directory; no port to find free, to lose to another run, or to be reached by another
+    # local user.
+    raw = _raw()
+    raw["hosts"]["local"]["ipc"] = str(tmp_path)
+    topo = parse(raw, SRC)
+    for actor in ACTOR_NAMES:
+        assert topo.pub_bind(actor) == topo.pub_connect(actor) == f"ipc://{tmp_path}/{actor}"
+    assert topo.push_bind() == topo.push_connect() == f"ipc://{tmp_path}/segments"
+    assert topo.events_bind("local") == topo.events_connect("local") == f"ipc://{tmp_path}/events"
+    assert topo.ports_bound_on("local") == []
+    assert parse(_raw(), SRC).ports_bound_on("local")   # without it: TCP ports, as before
+
+
+@pytest.mark.parametrize("folder,words", [
+    ("relative/run", "must be an absolute folder"),
+    ("/" + "x" * 95, "must be an absolute folder of at most 90 characters"),
+    ("/tmp/a\nb", "holds a control character"),
+])
+def test_an_ipc_folder_a_socket_cannot_live_in_is_refused(folder, words):
+    raw = _raw()
+    raw["hosts"]["local"]["ipc"] = folder
+    assert words in _error(raw)
+
+
+def test_ipc_endpoints_are_for_one_host_only(tmp_path):
+    raw = _raw()
+    raw["hosts"]["local"]["ipc"] = str(tmp_path)
+    raw["hosts"]["other"] = {"address": "127.0.0.2"}
+    raw["actors"]["tts"]["host"] = "other"
+    error = _error(raw)
+    assert "hosts.local.ipc: ipc:// endpoints reach no other machine, but tts run elsewhere" \
+        in error and "\n" not in error
