@@ -361,6 +361,11 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
     if not todo:
         say(f"voxweft models: {name} is already in {folder} (sha256 checked)")
         return folder
+    unbounded = [f.path for f in todo if entry.cap(f) is None]
+    if unbounded:   # a download with no bound could fill the disk before its sha256 is read
+        raise ModelsError(f"{name}: {', '.join(unbounded)} has no pinned size and the entry no "
+                          "approx_size, so its download could not be bounded; refusing (pin "
+                          "its size in the catalogue)")
     try:   # the HTTP client of huggingface_hub 2.x
         import httpx2 as httpx
     except ImportError:
@@ -399,7 +404,7 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         raise ModelsError(f"{name}: the hub answered commit {meta.commit_hash} for revision "
                           f"{entry.revision}; refusing")
     folder.mkdir(parents=True, exist_ok=True)
-    _room_for(name, folder, sum(f.size or 0 for f in todo))   # sizes known, where they are
+    _room_for(name, folder, sum(entry.cap(f) or 0 for f in todo))
     for f in todo:
         say(f"voxweft models: {name}: {f.path} ({human(f.size)}) from {entry.repo}")
         # Into a folder of its own beside the model's files, moved to its name (atomically:
@@ -410,11 +415,12 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
             try:
                 hf_hub_download(entry.repo, f.path, revision=entry.revision, local_dir=part,
                                 endpoint=endpoint, token=False,
-                                **({"tqdm_class": _capped(f.size)} if f.size else {}))
+                                tqdm_class=_capped(entry.cap(f)))
             except _TooBig as exc:
-                raise ModelsError(f"{name}: the hub sent more than the pinned {human(f.size)} "
-                                  f"of {f.path} ({exc}); stopped, and deleted what came "
-                                  "(a bad mirror or a changed file?)") from None
+                pinned = "pinned" if f.size is not None else "bound (its entry's size) of"
+                raise ModelsError(f"{name}: the hub sent more than the {pinned} "
+                                  f"{human(entry.cap(f))} of {f.path} ({exc}); stopped, and "
+                                  "deleted what came (a bad mirror or a changed file?)") from None
             except offline as exc:
                 raise ModelsError(_copy_line(entry, folder, "lost the model hub while "
                                              f"downloading {f.path} ({type(exc).__name__})")

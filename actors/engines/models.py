@@ -61,6 +61,18 @@ class CatalogueEntry:
         missing += [f"{f.path} sha256" for f in self.files if not f.sha256]
         return missing
 
+    def cap(self, f: ModelFile) -> int | None:
+        """The most bytes a download of `f` may bring.
+
+        Its pinned size; unpinned, what the entry's `approx_size` leaves beyond its pinned
+        files; None when neither is known.
+        """
+        if f.size is not None:
+            return f.size
+        if self.approx_size is None:
+            return None
+        return max(0, self.approx_size - sum(g.size or 0 for g in self.files))
+
     def size(self) -> int | None:
         """Bytes of all its files, when every size is known."""
         sizes = [f.size for f in self.files]
@@ -134,7 +146,8 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         ),
         about="NLLB-200 distilled 600M, CTranslate2 int8, 200 languages (CC-BY-NC-4.0)"),
     # VoxCPM2. The 4-bit entry's config.json and model.safetensors sizes were found nowhere
-    # (together 2,297,220,661 bytes; the five files 2,300,904,017): their sha256 checks them.
+    # (together 2,297,220,661 bytes; the five files 2,300,904,017, its approx_size): their
+    # sha256 checks them, and each download stops past what the other files leave of it.
     CatalogueEntry(
         name="voxcpm2", stage="tts", engine="voxcpm2",
         repo="openbmb/VoxCPM2",
@@ -163,7 +176,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
             *_VOXCPM2_TOKENIZER, _VOXCPM2_MLX_TOKENIZER_CONFIG,
         ),
         about="VoxCPM2 2B, MLX 4-bit, 2.3 GB (Apple Silicon; Apache-2.0; backend mlx)",
-        approx_size=2_300_000_000),
+        approx_size=2_300_904_017),
     CatalogueEntry(
         name="voxcpm2-mlx-8bit", stage="tts", engine="voxcpm2",
         repo="mlx-community/VoxCPM2-8bit",

@@ -168,7 +168,7 @@ def test_cli_models_json(home, capsys):
     assert out["models_root"] == str(home / "models")
     # the voice's published size while its files' sizes are unpinned; memory per host
     assert next(m for m in out["models"] if m["name"] == "voxcpm2-mlx-4bit")["size"] == \
-        2_300_000_000
+        2_300_904_017
     memory = {Path(t["path"]).name: t["memory"] for t in out["topologies"]}
     assert memory["mac.toml"][0].startswith("memory on local: asr 2.2 + mt 0.9 + tts 3.8 + ")
     assert [line.split(":")[0] for line in memory["two-macs.toml"]] == ["memory on m2",
@@ -262,13 +262,21 @@ def test_fetch_puts_a_file_in_place_only_once_its_sha256_matches(fake_hub):
     assert models.catalogue_state(entry, verify=True) == ("verified", "")
 
 
-def test_a_download_is_stopped_once_it_passes_its_pinned_size(home, monkeypatch):
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_download_is_stopped_once_it_passes_its_pinned_size(home, monkeypatch, pinned):
     """A hub (or mirror) that sends more than the pinned size is cut off mid-stream: the
-    real huggingface_hub downloading from a local HTTP server that never stops sending."""
+    real huggingface_hub downloading from a local HTTP server that never stops sending.
+    A file whose size is not pinned (VoxCPM2's 4-bit weights) is bounded by its entry's
+    approx_size less its pinned files (issue 48: that download had no bound)."""
+    import dataclasses
     import http.server
     import threading
 
-    entry = entry_for({"weights.npz": b"0123456789" * 100})
+    entry = entry_for({"weights.npz": b"0123456789" * 100, "config.json": b"{}" * 12})
+    if not pinned:
+        entry = dataclasses.replace(entry, approx_size=1024, files=(
+            dataclasses.replace(entry.files[0], size=None), entry.files[1]))
+        assert entry.cap(entry.files[0]) == 1000
     monkeypatch.setattr(models, "catalogue", lambda: {entry.name: entry})
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     sent = []
@@ -303,7 +311,7 @@ def test_a_download_is_stopped_once_it_passes_its_pinned_size(home, monkeypatch)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(ModelsError, match="more than the pinned 1.0 kB"):
+        with pytest.raises(ModelsError, match="more than the (pinned|bound .* of) 1.0 kB"):
             models.fetch(entry.name, endpoint=f"http://127.0.0.1:{server.server_port}",
                          say=lambda line: None)
     finally:
@@ -311,6 +319,24 @@ def test_a_download_is_stopped_once_it_passes_its_pinned_size(home, monkeypatch)
     assert len(sent) < 1000   # stopped early: not the 200 MB it would have sent
     folder = models.install_dir(entry)
     assert not folder.exists() or not any(folder.rglob("*.npz"))
+
+
+def test_a_file_with_no_size_and_no_entry_size_is_not_downloaded(home, monkeypatch):
+    import dataclasses
+
+    entry = entry_for({"weights.npz": b"0123456789" * 100})
+    entry = dataclasses.replace(entry, files=(dataclasses.replace(entry.files[0], size=None),))
+    monkeypatch.setattr(models, "catalogue", lambda: {entry.name: entry})
+    monkeypatch.setattr(models, "_copy_line", lambda *a: "never asked")
+
+    def no_hub(*_a, **_k):
+        raise AssertionError("the hub was asked")
+
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_hub)
+    with pytest.raises(ModelsError, match="weights.npz has no pinned size .* refusing"):
+        models.fetch(entry.name, endpoint="http://127.0.0.1:9", say=lambda line: None)
+    assert not models.install_dir(entry).exists()
 
 
 def test_a_fetch_the_disk_has_no_room_for_is_refused_before_it_starts(fake_hub, monkeypatch):
