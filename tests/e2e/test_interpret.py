@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
-from tests.e2e.whole import content_error, played_whole
+from tests.e2e.whole import content_error, played_whole, spoken_as_translated
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -86,6 +87,35 @@ def test_interpret_five_clips_fast(tmp_path):
     out, references, proc = run_interpret(tmp_path, corpus_clips(), "--fast")
     check_outputs(out, references)
     assert (out / "logs" / "asr.log").exists()
+    # The audio check (tests/e2e/whole.py, used by chaos and the hostile peer) passes on this
+    # output, and fails it with one utterance's audio removed or said twice (issue 48).
+    spoken_as_translated(out)
+    for tamper in ("removed", "doubled"):
+        bad = tmp_path / tamper
+        bad.mkdir()
+        shutil.copy(out / "translation.jsonl", bad)
+        _tampered(out, bad, 1, tamper)
+        with pytest.raises(AssertionError, match="does not say its translations"):
+            spoken_as_translated(bad)
+
+
+def _tampered(out, bad, index: int, how: str) -> None:
+    """out's output.wav and journal into `bad`, utterance `index`'s audio removed (the
+    journal as it was) or written twice (the journal counting both)."""
+    audio, rate = sf.read(out / "output.wav", dtype="float32")
+    lines = (out / "output.wav.journal").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    written = [r for r in rows if "utt" in r]
+    a = written[index - 1]["end"] if index else 0
+    b = written[index]["end"]
+    if how == "removed":
+        audio = np.concatenate([audio[:a], audio[b:]])
+    else:
+        audio = np.concatenate([audio[:b], audio[a:b], audio[b:]])
+        for r in written[index:]:
+            r["end"] += b - a
+    sf.write(bad / "output.wav", audio, rate, subtype="PCM_16")
+    (bad / "output.wav.journal").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_interpret_real_time(tmp_path):

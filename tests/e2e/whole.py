@@ -156,23 +156,31 @@ def check_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
     return transcripts
 
 
-#: What the listener hears, checked against what was said: a run of this many words of the
-#: translations missing from (or added to) output.wav, transcribed, is a lost (or repeated)
-#: piece. Whisper base mishears words of the synthetic voice (round trip 16-27 % WER,
-#: docs/performance.md), mostly one for another, and drops or adds single short words
-#: ("os", "em"); so a single lost word is caught by the player's journal (the words it
-#: wrote, `played_whole`), a piece by this.
+#: What the listener hears, checked against what was said, utterance by utterance: a run of
+#: this many words of an utterance's translation missing from (or added to) its own span of
+#: output.wav, transcribed, is a lost (or repeated) piece. Whisper base mishears words of the
+#: synthetic voice (round trip 16-27 % WER, docs/performance.md), mostly one for another, and
+#: drops or adds single short words ("os", "em"); so a single lost word is caught by the
+#: player's journal (the words it wrote, `played_whole`), a piece by this.
 LOST_RUN = 3
-#: Words of the translations either side of where words were added: a repeated piece is
-#: among them.
-REPEAT_NEAR = 20
+#: An utterance's span says less than this share of its translation's words: it holds
+#: another's audio (one removed before it shifts every span after) or none. Only for one of
+#: SHARE_WORDS words or more: Whisper hears a short piece of the synthetic voice as other
+#: words ("e vale a", 3 words, heard as none of them in CI-like runs, alone too).
+HEARD_SHARE = 0.5
+SHARE_WORDS = 6
 
 
-def spoken_as_translated(out: Path) -> list[tuple[str, list[str]]]:
-    """output.wav, transcribed, says the translations in order: no run of LOST_RUN words lost
-    or said twice. The file is transcribed whole (long-form, with Whisper's VAD): clip by
-    clip, Whisper loops on a three-word piece ("De Valia De Valia De Valia"). Returns the
-    runs of words lost or added (utterance, words)."""
+def spoken_as_translated(out: Path) -> dict[str, list[list[str]]]:
+    """output.wav says each translation on that utterance's own span (the player's journal):
+    no run of LOST_RUN words lost or said twice, and most of its words there.
+
+    The file is transcribed once, whole (long-form, with Whisper's VAD: span by span, Whisper
+    loops on a three-word piece, "De Valia De Valia De Valia"), with word times; each word
+    heard belongs to the span its middle falls in, and each utterance is decided on its own
+    words (`_judged`). What looks wrong is heard again on its span alone, and counts only if
+    it looks wrong there too (Whisper's long form dropped one copy of a sentence said nine
+    times). Returns, per utterance, the runs of words lost or added ("+" first)."""
     import soxr
 
     from voxweft.actors.engines.asr.faster_whisper import FasterWhisperEngine
@@ -183,52 +191,67 @@ def spoken_as_translated(out: Path) -> list[tuple[str, list[str]]]:
     whisper.load()
     lang = translations[0]["tgt_lang"] if translations else None
 
-    def transcribe(pcm: np.ndarray) -> list[str]:
+    def transcribe(pcm: np.ndarray) -> list[tuple[float, str]]:
+        """(middle second, word) of what Whisper hears in `pcm`, normalised."""
         # temperature 0 only: the same audio, the same words (its fallback samples: once a
         # phrase heard offline was missing in CI's transcription of the same file)
         segments, _ = whisper.model.transcribe(
             soxr.resample(pcm, rate, 16000).astype(np.float32), language=lang, beam_size=1,
-            vad_filter=True, condition_on_previous_text=False, temperature=0.0)
-        return normalize_text(" ".join(s.text for s in segments)).split()
+            vad_filter=True, condition_on_previous_text=False, temperature=0.0,
+            word_timestamps=True)
+        return [((w.start + w.end) / 2, n) for s in segments for w in (s.words or [])
+                for n in normalize_text(w.word).split()]
 
-    heard = transcribe(audio)
-    said, owner = [], []   # the translations' words, and whose each is
-    for t in translations:
-        words = normalize_text(t["text"]).split()
-        said += words
-        owner += [t["utt"]] * len(words)
     journal = [json.loads(x) for x in (out / "output.wav.journal").read_text().splitlines()]
     written = [j for j in journal if "utt" in j]
-    ends = {j["utt"]: (a, j["end"]) for a, j in zip([0] + [j["end"] for j in written],
-                                                     written, strict=False)}
+    spans = {j["utt"]: (a, j["end"]) for a, j in zip([0] + [j["end"] for j in written],
+                                                      written, strict=False)}
+    played = {j["utt"] for j in written if j.get("played_s", 1)}
+    heard: dict[str, list[str]] = {utt: [] for utt in spans}
+    for at, word in transcribe(audio):
+        for utt, (a, b) in spans.items():
+            if a <= at * rate < b:
+                heard[utt].append(word)
+                break
 
-    def said_alone(utt: str, words: list[str]) -> bool:
-        """A second opinion on words the whole file's transcription lost: the utterance's own
-        audio, transcribed alone, has them (all but one)."""
-        if utt not in ends:
-            return False
-        alone = set(transcribe(audio[slice(*ends[utt])]))
-        return sum(w in alone for w in words) >= len(words) - 1
-
-    runs, bad = [], []
-    for c in jiwer.process_words(" ".join(said), " ".join(heard)).alignments[0]:
-        if c.type == "delete":
-            runs.append((owner[c.ref_start_idx], said[c.ref_start_idx:c.ref_end_idx]))
-            if len(runs[-1][1]) >= LOST_RUN and not said_alone(*runs[-1]):
-                bad.append(runs[-1])
-        elif c.type == "insert":
-            at = owner[min(c.ref_start_idx, len(owner) - 1)] if owner else ""
-            added = heard[c.hyp_start_idx:c.hyp_end_idx]
-            runs.append((at, ["+", *added]))
-            # A piece said twice adds the translation's own words again; Whisper mishearing
-            # a short piece adds others ("Então, no" heard as "em T-Sounds, N-O-R").
-            near = set(said[max(0, c.ref_start_idx - REPEAT_NEAR):
-                            c.ref_start_idx + REPEAT_NEAR])
-            if sum(w in near for w in added) >= LOST_RUN:
-                bad.append(runs[-1])
-    print("spoken as translated: words lost or added:", runs)
+    runs: dict[str, list[list[str]]] = {}
+    bad = []
+    for t in translations:
+        said = normalize_text(t["text"]).split()
+        if t["utt"] not in played or not said:
+            continue   # not spoken (too late to be worth hearing: said so elsewhere)
+        runs[t["utt"]], wrong = _judged(said, heard[t["utt"]])
+        if wrong:   # a second opinion: the span alone, transcribed, says it
+            _runs, again = _judged(said, [w for _t, w in
+                                          transcribe(audio[slice(*spans[t["utt"]])])])
+            if again:
+                bad.append((t["utt"], wrong, "alone:", again))
+    print("spoken as translated: words lost or added, per utterance:",
+          {u: r for u, r in runs.items() if r})
     assert not bad, f"output.wav does not say its translations: {bad}"
     return runs
+
+
+def _judged(said: list[str], got: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """The runs of `said` lost from `got` or added to it ("+" first), and those that are a
+    piece lost or said twice: LOST_RUN words in a row lost, LOST_RUN of its own words added
+    (Whisper mishearing a short piece adds others: "Então, no" heard as "em T-Sounds, N-O-R"),
+    or, of SHARE_WORDS or more, fewer than HEARD_SHARE heard at all (another's audio)."""
+    runs, wrong, hits = [], [], 0
+    for c in jiwer.process_words(" ".join(said), " ".join(got) or "-").alignments[0]:
+        if c.type == "equal":
+            hits += c.ref_end_idx - c.ref_start_idx
+        elif c.type == "delete":
+            runs.append(said[c.ref_start_idx:c.ref_end_idx])
+            if len(runs[-1]) >= LOST_RUN:
+                wrong.append(runs[-1])
+        elif c.type == "insert":
+            runs.append(["+", *got[c.hyp_start_idx:c.hyp_end_idx]])
+            if sum(w in said for w in runs[-1][1:]) >= LOST_RUN:
+                wrong.append(runs[-1])
+    if len(said) >= SHARE_WORDS and hits < HEARD_SHARE * len(said):
+        wrong.append([f"{hits} of {len(said)} words heard"])
+    return runs, wrong
 
 
 def heard_whole(out: Path, placed: list[tuple[float, Path]]) -> list[dict]:
