@@ -37,6 +37,12 @@ FIRST_CHUNKS = 5
 #: (a restarted tts speaks only the rest). mt sends what it holds again the moment tts is
 #: ready, before the player's next heartbeat (2 Hz) has come: in CI, 3 restarts of 3.
 PLAYER_WAIT_S = 2.0
+#: The player's word on an utterance it had begun (its heartbeat, 2 Hz) is trusted this long:
+#: older, that player may be gone, and a restarted one drops a half-written utterance, so it
+#: has none of those words (test_kills_close: tts resumed from word 2 on the heartbeat of a
+#: player killed 1.8 s before; the new player wrote words 2-4 of 4). tts then waits for a
+#: fresh heartbeat (at most PLAYER_WAIT_S), and without one speaks the translation whole.
+PROGRESS_FRESH_S = 1.2
 
 
 @dataclasses.dataclass
@@ -80,6 +86,8 @@ class TtsActor(EngineActor):
         # has whole. A restarted tts goes on from there (the words before are played).
         self.player_has: dict[str, int] = {}
         self.player_heard = False    # a heartbeat of the player's since this process started
+        self.player_heard_at = 0.0   # monotonic: the player's last heartbeat
+        self.stale_since: float | None = None   # monotonic: held for a fresh heartbeat
         self.warmed_at: float | None = None   # monotonic: warm-up done, ready to speak
         self.wait_since: float | None = None  # monotonic: the first translation held
         self.waiting: list[Translation] = []   # translations held for the player's heartbeat
@@ -234,6 +242,7 @@ class TtsActor(EngineActor):
             if msg.src == "player":
                 self.player_has = dict(msg.progress)
                 self.player_heard = True
+                self.player_heard_at = time.monotonic()
             return
         if isinstance(msg, Voice):
             if self.voices is not None and msg.sample_rate == BUS_RATE and msg.pcm.ndim == 1:
@@ -244,7 +253,7 @@ class TtsActor(EngineActor):
         if not isinstance(msg, Translation):
             return
         if not is_draft(msg):
-            if self._before_the_player():
+            if self._before_the_player() or self._stale_for([msg]):
                 if self.wait_since is None:
                     self.wait_since = time.monotonic()
                 self.waiting.append(msg)
@@ -267,9 +276,28 @@ class TtsActor(EngineActor):
                 and (self.wait_since is None
                      or time.monotonic() - self.wait_since < PLAYER_WAIT_S))
 
+    def _fresh(self) -> bool:
+        """Whether the player's last heartbeat (its word on each utterance) is recent."""
+        return time.monotonic() - self.player_heard_at <= PROGRESS_FRESH_S
+
+    def _stale_for(self, msgs: list[Translation]) -> bool:
+        """Hold these: one is an utterance the player had begun, and its word on it is stale.
+
+        At most PLAYER_WAIT_S from the first held so; a fresh heartbeat ends it.
+        """
+        if not self.player_heard or self._fresh() or \
+                not any(m.utt in self.player_has for m in msgs):
+            self.stale_since = None
+            return False
+        now = time.monotonic()
+        if self.stale_since is None:
+            self.stale_since = now
+            self.counters["waited_for_fresh_progress"] += 1
+        return now - self.stale_since < PLAYER_WAIT_S
+
     def tick(self) -> Iterator[Message]:
-        """Speak what was held for the player's first heartbeat, once it came (or not)."""
-        if not self._before_the_player():
+        """Speak what was held for the player's heartbeat, once it came (or not)."""
+        if not self._before_the_player() and not self._stale_for(self.waiting):
             yield from self._spoken_held()
 
     def _spoken_held(self) -> Iterator[Message]:
@@ -290,7 +318,7 @@ class TtsActor(EngineActor):
         # The player has the first `said` words from a synthesis before this process's: the
         # rest is spoken, so the new synthesis follows on from the old without a seam.
         words = msg.text.split()
-        said = min(self.player_has.get(msg.utt, 0), len(words))
+        said = min(self.player_has.get(msg.utt, 0), len(words)) if self._fresh() else 0
         text = " ".join(words[said:]) if said else msg.text
         if said:
             self.counters["resumed"] += 1

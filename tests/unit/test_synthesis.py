@@ -188,6 +188,39 @@ def test_a_tts_just_started_waits_for_the_players_heartbeat_before_it_speaks(mon
     assert [m for m in out if isinstance(m, SpeechChunk)][0].word == 0
 
 
+def test_a_stale_word_of_the_player_is_not_gone_on_from(monkeypatch):
+    """The player said it has 3 words of `a`, then went quiet (killed; a restarted player
+    drops a half-written utterance, so it has none of them). tts does not go on from word 3
+    on that old heartbeat: it waits for a fresh one (the new player's: nothing of `a`) and
+    speaks `a` whole. In test_kills_close it had gone on from a heartbeat 1.8 s old, and
+    output.wav got words 2-4 of 4. With no fresh heartbeat at all it speaks it whole too."""
+    import time
+
+    from voxweft.actors import tts as tts_module
+
+    monkeypatch.setattr(tts_module, "PROGRESS_FRESH_S", 0.2)
+    monkeypatch.setattr(tts_module, "PLAYER_WAIT_S", 0.5)
+    text = "Nunca foi superado, disse ele, e foi para casa depois."
+    say = Translation(utt="a", src_lang="en", tgt_lang="pt", source_text="-", text=text)
+    for fresh in ({}, None):
+        actor = _tts()
+        run_actor(actor, [], src="mt")
+        actor.warmup()
+        run_actor(actor, [Status(state="ready", src="player", progress={"a": 3})],
+                  src="player", loaded=True)
+        time.sleep(0.3)   # the player's word on `a` is now stale
+        assert run_actor(actor, [say], src="mt", loaded=True) == []   # held
+        assert actor.counters["waited_for_fresh_progress"] == 1
+        if fresh is not None:   # a restarted player's heartbeat: nothing of `a`
+            out = run_actor(actor, [Status(state="ready", src="player", progress=fresh)],
+                            src="player", loaded=True, ticks=2)
+        else:                   # nobody: after PLAYER_WAIT_S it speaks all the same
+            out = run_actor(actor, [], src="mt", loaded=True, ticks=8, tick_sleep_s=0.1)
+        chunks = [m for m in out if isinstance(m, SpeechChunk)]
+        assert chunks and chunks[0].word == 0 and chunks[-1].last, fresh
+        assert actor.counters["resumed"] == 0
+
+
 def test_what_was_held_for_the_player_is_spoken_before_what_comes_after():
     """The player plays utterances in the order their chunks come. A final that arrives
     after the player's heartbeat but before tick() released what was held (a draft being
