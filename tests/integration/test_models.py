@@ -154,11 +154,15 @@ def home(tmp_path):
                          f'repo = "{REPO}"\nrevision = "{REVISION}"\nfiles = [\n{entries}\n]\n'
                          f'[models.unpinned]\nstage = "asr"\nengine = "mlx-whisper"\n'
                          f'repo = "{REPO}"\nfiles = [{{ path = "config.json" }}]\n'
-                         f'[models.sizeless]\nstage = "asr"\nengine = "mlx-whisper"\n'
-                         f'repo = "{REPO}"\nrevision = "{REVISION}"\nfiles = [\n'
-                         + "\n".join(f'  {{ path = "{name}", sha256 = '
-                                     f'"{hashlib.sha256(data).hexdigest()}" }},'
-                                     for name, data in files.items()) + "\n]\n")
+                         + "".join(f'[models.{name}]\nstage = "asr"\nengine = "mlx-whisper"\n'
+                                   f'repo = "{REPO}"\nrevision = "{REVISION}"\n{size}files = [\n'
+                                   + "\n".join(f'  {{ path = "{path}", sha256 = '
+                                               f'"{hashlib.sha256(data).hexdigest()}" }},'
+                                               for path, data in files.items()) + "\n]\n"
+                                   for name, size in (
+                                       ("sizeless", "approx_size = "
+                                        f"{sum(len(d) for d in files.values())}\n"),
+                                       ("boundless", ""))))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(VOXWEFT_MODELS=str(tmp_path / "models"), VOXWEFT_MODELS_CATALOGUE=str(catalogue),
                HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_PROGRESS_BARS="1",
@@ -181,6 +185,8 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_fetch_takes_an_entry_whose_sizes_are_unknown_by_its_sha256(hub, home):
+    """Its files' sizes unknown, its whole size known (approx_size, as VoxCPM2 4-bit):
+    fetched, each file bounded by it and checked by its sha256 (issue 48)."""
     tmp, env = home
     env["HF_ENDPOINT"] = hub.url
     proc = voxweft(env, "fetch", "sizeless")
@@ -189,6 +195,10 @@ def test_fetch_takes_an_entry_whose_sizes_are_unknown_by_its_sha256(hub, home):
         assert (tmp / "models" / "sizeless" / name).read_bytes() == data
     again = voxweft(env, "fetch", "sizeless")   # present and checked: nothing downloaded
     assert again.returncode == 0 and "already in" in again.stdout, again.stdout + again.stderr
+    # With no size at all (no file's, no approx_size) a download could not be bounded.
+    refused = voxweft(env, "fetch", "boundless")
+    assert refused.returncode != 0 and "could not be bounded" in refused.stderr, refused.stderr
+    assert not (tmp / "models" / "boundless").exists()
 
 
 def test_fetch_puts_checked_files_in_place_and_lists_them(hub, home):
