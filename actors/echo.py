@@ -318,13 +318,10 @@ class EchoPath:
 
     def _again(self) -> np.ndarray:
         """What was held, through the filter again now that it has learnt the room."""
-        out = self._passes()
-        self.counters["echo_again_ms"] += len(out) * 1000 // BUS_RATE
-        self._drop_held()
-        return out
+        return self._released(self._passes()[2])
 
-    def _passes(self) -> np.ndarray:
-        """The filter goes over what was held AGAIN_PASSES times; the last pass's output.
+    def _passes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The filter goes over what was held AGAIN_PASSES times: (mic, ref, last output).
 
         The blocks before the held ones go through first (their output dropped): the filter
         then looks back on what really came before. The filter ends where it was, after the
@@ -337,6 +334,12 @@ class EchoPath:
                 self.engine.process(np.concatenate([m for m, _r in self.before]),
                                     np.concatenate([r for _m, r in self.before]))
             out = self.engine.process(mic, ref)
+        return mic, ref, out
+
+    def _released(self, out: np.ndarray) -> np.ndarray:
+        """`out`, what was held gone over again, goes on; the hold is over."""
+        self.counters["echo_again_ms"] += len(out) * 1000 // BUS_RATE
+        self._drop_held()
         return out
 
     def _settled(self) -> np.ndarray:
@@ -348,15 +351,10 @@ class EchoPath:
         playing then lost CONVERGED_DB, the criterion `converged` has everywhere, the filter
         has learnt the room and what was held goes on cancelled; else silenced, as before.
         """
-        out = self._passes()
-        mic = np.concatenate([m for m, _r, _o, _e in self.held])
-        ref = np.concatenate([r for _m, r, _o, _e in self.held])
+        mic, ref, out = self._passes()
         if _learnt(mic, ref, out):
-            self.converged = True
-            self.counters["echo_converged_after_ms"] = self.counters["echo_playing_ms"]
-            self.counters["echo_again_ms"] += len(out) * 1000 // BUS_RATE
-            self._drop_held()
-            return out
+            self._latch()
+            return self._released(out)
         return self._silenced()
 
     def _silenced(self) -> np.ndarray:
@@ -381,8 +379,7 @@ class EchoPath:
         if self.converged:
             return
         if self.counters["echo_playing_ms"] >= CONVERGED_PLAYING_MS:
-            self.converged = True
-            self.counters["echo_converged_after_ms"] = self.counters["echo_playing_ms"]
+            self._latch()
             return
         self.window[0] += mic_energy
         self.window[1] += out_energy
@@ -392,8 +389,12 @@ class EchoPath:
         mic, out, _ = self.window
         self.window = [0.0, 0.0, 0]
         if 10 * np.log10(max(mic, 1e-20) / max(out, 1e-20)) >= CONVERGED_DB:
-            self.converged = True
-            self.counters["echo_converged_after_ms"] = self.counters["echo_playing_ms"]
+            self._latch()
+
+    def _latch(self) -> None:
+        """Converged, for good: said with how long the loudspeaker had played."""
+        self.converged = True
+        self.counters["echo_converged_after_ms"] = self.counters["echo_playing_ms"]
 
     # -- what it says -----------------------------------------------------------------------
     def removed_db(self) -> float:
