@@ -60,7 +60,7 @@ class Route:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route(m.AudioFrame, ("capture",), PUB, ("segmenter",), ("tap",),
+    Route(m.AudioFrame, ("capture",), PUB, ("segmenter",), ("tap", "bench"),
           "20 ms of 16 kHz mono PCM"),
     Route(m.EndOfStream, ("capture", "segmenter"), PUB, ("segmenter",),
           ("tap", "interpret", "bench"),

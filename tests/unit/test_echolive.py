@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from voxweft.protocol.messages import Status, Transcript, VadEvent
+from voxweft.protocol.messages import BUS_RATE, AudioFrame, Status, Transcript, VadEvent
 from voxweft.tools.bench import echo as offline
 from voxweft.tools.bench import echolive, roomrelay
 
@@ -50,3 +50,17 @@ def test_without_a_sound_server_the_live_bench_says_what_to_install(monkeypatch,
     err = capsys.readouterr().err
     assert code == 1 and "pulseaudio not found" in err and "apt-get install" in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_what_capture_passed_on_is_laid_out_by_stream_time_and_the_speaker_found_in_it():
+    rng = np.random.default_rng(1)
+    near = rng.standard_normal(BUS_RATE).astype(np.float32)
+    heard = np.concatenate([np.zeros(12345, np.float32), near, np.zeros(BUS_RATE, np.float32)])
+    heard += 0.3 * rng.standard_normal(len(heard)).astype(np.float32)   # a residual, noise
+    frame = 320
+    frames = [AudioFrame(src="capture", media_s=7.0 + i / BUS_RATE, pcm=heard[i:i + frame])
+              for i in range(0, len(heard), frame)]
+    frames = frames[1::2] + frames[::2]              # held frames come on late
+    got, t0 = echolive.passed_on(frames)
+    assert t0 == 7.0 and np.array_equal(got, heard)
+    assert echolive.offset(got, near) == 12345

@@ -35,7 +35,7 @@ import numpy as np
 from voxweft.deploy.session import run_session
 from voxweft.deploy.topology import Topology
 from voxweft.protocol import bus as wire
-from voxweft.protocol.messages import BUS_RATE, Status, Transcript, VadEvent
+from voxweft.protocol.messages import BUS_RATE, AudioFrame, Status, Transcript, VadEvent
 from voxweft.tools.bench import echo as offline
 from voxweft.tools.bench import room
 from voxweft.tools.bench.soundserver import DEVICE, INSTALL, PulseDaemon, missing
@@ -56,9 +56,9 @@ class LiveBenchError(RuntimeError):
     """The live bench cannot run here (no sound server, no relay) or a session failed."""
 
 
-def speech(path: Path) -> str:
+def speech(path: Path, near: offline.Session | None = None) -> str:
     """Write the speaker's continuous speech (the offline bench's cast); return its words."""
-    near = offline.near_end()
+    near = near or offline.near_end()
     room.write_wav(path, near.near)
     return " ".join(text for *_span, text in near.clips)
 
@@ -126,6 +126,7 @@ class LiveCollector:
         self.wav, self.env = wav, env
         self.verdict = (True, [])
         self.seen: list = []
+        self.frames: list[AudioFrame] = []     # what capture passed on (after cancelling)
         self.ready_at: float | None = None
         self.talker: subprocess.Popen | None = None
         self.ended: float | None = None
@@ -133,7 +134,7 @@ class LiveCollector:
 
     def add(self, msg) -> None:
         """Keep every message."""
-        self.seen.append(msg)
+        (self.frames if isinstance(msg, AudioFrame) else self.seen).append(msg)
 
     def finished(self) -> bool:
         """Start the speaker once ready; done `AFTER_S` after they stopped."""
@@ -161,6 +162,53 @@ def _words(text: str) -> list[str]:
     return offline._words(text).split()
 
 
+def passed_on(frames: list[AudioFrame]) -> tuple[np.ndarray, float]:
+    """What capture passed on, each frame at its stream time; the stream time of sample 0."""
+    if not frames:
+        return np.zeros(0, np.float32), 0.0
+    t0 = min(f.media_s for f in frames)
+    at = [round((f.media_s - t0) * BUS_RATE) for f in frames]
+    out = np.zeros(max(i + len(f.pcm) for i, f in zip(at, frames, strict=True)), np.float32)
+    for i, f in zip(at, frames, strict=True):
+        out[i:i + len(f.pcm)] = f.pcm
+    return out, t0
+
+
+def offset(heard: np.ndarray, near: np.ndarray) -> int:
+    """Where `near` (the speaker's recording) starts in `heard`: the cross-correlation's peak."""
+    n = 1 << int(np.ceil(np.log2(len(heard) + len(near))))
+    xc = np.fft.irfft(np.fft.rfft(heard, n) * np.conj(np.fft.rfft(near, n)), n)
+    return int(np.argmax(xc[:max(1, len(heard) - len(near) // 2)]))
+
+
+def per_clip(asr, collector: LiveCollector, near: offline.Session, folder: Path) -> dict:
+    """Each clip of the speaker as capture passed it on and as the pipeline transcribed it.
+
+    Separates the cancelling from the streaming: `clip_wer` is Whisper on capture's output,
+    clip by clip, as `voxweft bench --echo` measures it offline; `clips` lists each clip's
+    words as the pipeline's final transcripts said them (each final at its middle's clip).
+    """
+    heard, t0 = passed_on(collector.frames)
+    if len(heard) < len(near.near) // 2:
+        return {}
+    k = offset(heard, near.near)
+    room.write_wav(folder / "passed-on.wav", heard)
+    aligned = heard[k:]
+    clip_words = [_words(text) for *_span, text in near.clips]
+    said: list[list[str]] = [[] for _ in near.clips]
+    for m in (m for m in collector.seen if isinstance(m, Transcript) and m.final):
+        middle = ((m.media_start_s + m.media_end_s) / 2 - t0) * BUS_RATE - k
+        i = int(np.argmin([0 if a <= middle <= b else min(abs(middle - a), abs(middle - b))
+                           for a, b, _t in near.clips]))
+        said[i] += _words(m.text)
+    whisper = offline.measure(asr, near, aligned)
+    return {"clip_wer": whisper["wer"], "clip_heard_back": whisper["heard_back"],
+            "speaker_at_s": round(k / BUS_RATE, 3),
+            "clips": [{"said": " ".join(ref), "pipeline": " ".join(hyp),
+                       "wer": round(100 * jiwer.wer(" ".join(ref), " ".join(hyp) or "-"), 1)}
+                      for ref, hyp in zip(clip_words, said, strict=True)]}
+
+
 def measure(collector: LiveCollector, reference: str) -> dict:
     """The speaker's WER and recall, words not said, lines after they stopped, echo state."""
     seen = collector.seen
@@ -177,6 +225,9 @@ def measure(collector: LiveCollector, reference: str) -> dict:
             "heard_pct": round(100 * matched / len(said), 1),
             "not_said_words": len(heard) - matched,
             "after_lines": len(after), "after": after,
+            # speech the segmenter refused as not the speaker's (stream time, why)
+            "rejected": [[round(m.media_s, 2), round(m.end_s, 2), m.reason] for m in seen
+                         if isinstance(m, VadEvent) and m.event == "rejected"],
             "echo": status[-1].echo if status and status[-1].echo else {},
             # the echo's delay as the canceller found it, first and last once converged: a
             # room's does not move (the relay's may, when it is starved of CPU)
@@ -186,10 +237,11 @@ def measure(collector: LiveCollector, reference: str) -> dict:
 
 
 def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Path,
-              reference: str) -> dict:
+              reference: str, asr=None, near: offline.Session | None = None) -> dict:
     """One live session of the speaker in the room (`response`: None for headphones).
 
-    `mode`: the segmenter's echo_mode ("": the topology's).
+    `mode`: the segmenter's echo_mode ("": the topology's). With `asr` and `near` (the
+    speaker's session) also each clip as capture passed it on (`per_clip`).
     """
     out.mkdir(parents=True, exist_ok=True)
     daemon = PulseDaemon(sinks=("speaker", "room"), source="room.monitor")
@@ -209,12 +261,14 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
         relay = Relay(daemon.env, response, out)
         relay.start()
         collector = LiveCollector(wav, daemon.env)
-        topics = [wire.topic(VadEvent), wire.topic(Transcript), wire.topic(Status, "capture")]
+        topics = [wire.topic(VadEvent), wire.topic(Transcript), wire.topic(Status, "capture"),
+                  *([wire.topic(AudioFrame, "capture")] if asr is not None else [])]
         code, reason = run_session(topology, collector, topics, out, timeout_s=600,
                                    what=f"live: {name}")
         if code:
             raise LiveBenchError(f"{name}: {reason}")
-        return {"echo_handling": topology.echo_handling, **measure(collector, reference)}
+        return {"echo_handling": topology.echo_handling, **measure(collector, reference),
+                **(per_clip(asr, collector, near, out) if asr is not None else {})}
     finally:
         if collector is not None:
             collector.close()
@@ -238,9 +292,12 @@ def bench_echo_live(base: Topology, out: Path, conditions=CONDITIONS) -> dict:
 
     tts = build("tts", base.actors["tts"].engine, base.actors["tts"].engine_settings())
     tts.load()
+    asr = build("asr", base.actors["asr"].engine, base.actors["asr"].engine_settings())
+    asr.load()
     out.mkdir(parents=True, exist_ok=True)
     wav = out / "speaker.wav"
-    reference = speech(wav)
+    near = offline.near_end()
+    reference = speech(wav, near)
     rows = []
     for i, (name, mode, shape) in enumerate(conditions):
         label = name if shape is None else (f"{name}: {shape[0]} ms, RT60 {shape[1]} s, "
@@ -248,7 +305,7 @@ def bench_echo_live(base: Topology, out: Path, conditions=CONDITIONS) -> dict:
         response = None if shape is None else room_response(tts, *shape)
         rows.append({"condition": label, "echo_mode": mode,
                      **condition(base, out / f"{i}-{name}-{mode}", label, mode, response, wav,
-                                 reference)})
+                                 reference, asr, near)})
         print(json.dumps(rows[-1]), flush=True)
     report = {"speaker_words": len(_words(reference)), "readers": [r for r, _db in offline.CAST],
               "after_s": AFTER_S, "rows": rows}
@@ -260,13 +317,15 @@ def markdown(report: dict) -> str:
     lines = [f"# The loudspeaker in the room, live: {report['speaker_words']} words of "
              f"{len(report['readers'])} readers", "",
              "| condition | echo_mode | WER % | words heard % | heard, not said | lines after "
-             "the speaker stopped | converged | delay ms | removed dB | held s | silenced s |",
-             "|---" * 11 + "|"]
+             "the speaker stopped | converged | delay ms | removed dB | held s | silenced s "
+             "| WER % of capture's output, clip by clip |",
+             "|---" * 12 + "|"]
     for r in report["rows"]:
         e = r["echo"]
         lines.append(f"| {r['condition']} | {r['echo_mode']} | {r['wer']} | {r['heard_pct']} "
                      f"| {r['not_said_words']} | {r['after_lines']} | "
                      f"{'yes' if e.get('converged') else '-'} | "
                      f"{'-'.join(f'{d:.0f}' for d in r.get('delay_ms', [])) or '-'} | "
-                     f"{e.get('removed_db', '-')} | {r['held_s']} | {r['silenced_s']} |")
+                     f"{e.get('removed_db', '-')} | {r['held_s']} | {r['silenced_s']} | "
+                     f"{r.get('clip_wer', '-')} |")
     return "\n".join(lines) + "\n"
