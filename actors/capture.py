@@ -68,11 +68,13 @@ class CaptureActor(Actor):
         """Whose heartbeats to hear.
 
         A file source: every actor's, to start when all are ready. A microphone: the
-        segmenter's, to know when it falls behind, and what the player plays when capture
-        cancels its echo.
+        segmenter's, to know when it falls behind, and when capture cancels its echo what the
+        player plays and its heartbeat (on the same socket: once one is heard, the player's
+        reference reaches us: `echo_state`'s "reference", actors.echo.StartSound).
         """
         if self.config.source != "file":
-            return [("segmenter", Status)] + ([("player", Played)] if self.cancels else [])
+            return [("segmenter", Status)] + ([("player", Played), ("player", Status)]
+                                              if self.cancels else [])
         return [(a, Status) for a in ACTOR_NAMES if a != self.name]
 
     def engine_name(self) -> str:
@@ -139,7 +141,9 @@ class CaptureActor(Actor):
 
     def echo_state(self) -> dict[str, float]:
         """How cancelling goes (actors.echo), while capture cancels."""
-        return self.echo.state() if self.echo is not None else {}
+        if self.echo is None:
+            return {}
+        return {**self.echo.state(), "reference": float("player" in self.statuses)}
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Remember the peers' status (the file source's start condition); take the reference."""

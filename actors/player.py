@@ -17,7 +17,7 @@ import soxr
 
 from voxweft.actors.custody import OUTBOX_UTTERANCES, Finished
 from voxweft.actors.devices import Recovery
-from voxweft.actors.echo import Reference
+from voxweft.actors.echo import Reference, StartSound, sweep
 from voxweft.actors.runtime import Actor
 from voxweft.actors.sinks import DeviceSink, WavSink
 from voxweft.protocol.messages import (
@@ -122,6 +122,7 @@ class PlayerActor(Actor):
         # What we play, for capture to cancel its echo (actors.echo): a device only.
         self.reference: Reference | None = None
         self.played: list[Played] = []
+        self.start_sound: StartSound | None = None
 
     def subscriptions(self) -> list[tuple[str, type[Message]]]:
         """TTS's speech chunks; the heartbeats of tts and of the other holders.
@@ -130,7 +131,13 @@ class PlayerActor(Actor):
         `_answer`).
         """
         return [("tts", SpeechChunk)] + [(a, Status) for a in HOLDERS
-                                         if a != "tts" and a in self.topology.actors]
+                                         if a != "tts" and a in self.topology.actors] + \
+            ([("capture", Status)] if self._teaches_room() else [])
+
+    def _teaches_room(self) -> bool:
+        """Whether the start sound is ours to play: a device, capture cancelling its echo."""
+        return self.config.sink == "device" and self.config.start_sound and \
+            self.topology.echo_handling == "cancel" and "capture" in self.topology.actors
 
     def _answer(self, msg: Status) -> list[Done]:
         """The Done again of each utterance holder `msg.src` asks about that we finished."""
@@ -232,10 +239,14 @@ class PlayerActor(Actor):
             self.log.info("player: %s", self.sink.describe())
             if self.topology.echo_handling == "cancel":
                 self.reference = Reference(self.sink.rate, self.sink.now)
+                self.start_sound = StartSound() if self._teaches_room() else None
 
     def handle(self, msg: Message) -> Iterator[Message]:
         """Buffer a chunk under its utterance."""
         if isinstance(msg, Status):
+            if msg.src == "capture":
+                self._teach_room(msg)
+                return iter(())
             if msg.src == "tts":
                 working_before = self._tts_working()
                 self.tts = (msg.epoch, msg.state, time.monotonic(), msg.busy_s)
@@ -271,6 +282,18 @@ class PlayerActor(Actor):
         if not u.trace:
             u.trace = self.arrived(msg.trace, "play")
         return iter(())
+
+    def _teach_room(self, capture: Status) -> None:
+        """Play the start sound if it is due (actors.echo.StartSound): capture learns from it."""
+        if self.start_sound is None or getattr(self.sink, "lost", ""):
+            return
+        idle = not self.queue and self.sink.idle()
+        if self.start_sound.due(capture.echo or {}, capture.epoch, idle):
+            pcm = sweep(self.sink.rate)
+            self.sink.write(pcm, cut=True, end=True)
+            self.played += self.reference.wrote(self.sink.last_pos, pcm)
+            self.counters["start_sounds"] += 1
+            self.log.info("player: the start sound (capture learns the room's echo from it)")
 
     def _of_synthesis(self, u: Utterance, msg: SpeechChunk) -> bool:
         """Whether `msg` is queued: a chunk belongs to one synthesis of its utterance.

@@ -327,7 +327,8 @@ class Status(Message):
     #: restarted tts speaks only the rest).
     progress: dict[str, int] = field(default_factory=dict)
     #: Capture cancelling the loudspeaker's echo (actors.echo): converged (1/0), delay_ms,
-    #: removed_db (how much quieter the microphone got while it played), playing_s.
+    #: removed_db (how much quieter the microphone got while it played), playing_s, and
+    #: reference (1/0: the player's heartbeat heard, so what it plays reaches capture).
     echo: dict[str, float] = field(default_factory=dict)
 
 

@@ -240,6 +240,10 @@ class PlayerConfig(ActorConfig):
     # click, and a jump in when the audio is heard, which the echo canceller cannot follow);
     # at 150 ms, none (docs/echo.md).
     latency_ms: int = Between(0, 1000, 150)
+    # device, capture cancelling its echo: a 1 s rising sweep when capture starts listening,
+    # from which the canceller learns the room before anyone talks (actors.echo.StartSound).
+    # false: it learns from the first translation, over the speaker (held or lost meanwhile)
+    start_sound: bool = True
 
     @model_validator(mode="after")
     def _wav_has_path(self) -> PlayerConfig:

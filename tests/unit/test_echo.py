@@ -13,7 +13,16 @@ import numpy as np
 import pytest
 import soxr
 
-from voxweft.actors.echo import HOLD_MAX_MS, LEAD_MS, EchoPath, Reference
+from voxweft.actors.echo import (
+    HOLD_MAX_MS,
+    LEAD_MS,
+    SWEEP_AFTER_S,
+    SWEEP_S,
+    EchoPath,
+    Reference,
+    StartSound,
+    sweep,
+)
 from voxweft.actors.engines.echo import BLOCK, canceller
 from voxweft.deploy.topology import load
 from voxweft.protocol.messages import BUS_RATE
@@ -194,6 +203,70 @@ def test_a_short_loudspeaker_learnt_on_a_second_look_goes_on_cancelled(voices):
                                             / np.mean(said[np.abs(said) > 1e-3] ** 2))
     calls, counters = feed(echo + said, once)
     assert not counters["echo_converged_after_ms"] and counters["echo_gated_ms"] >= 1600
+
+
+def test_the_start_sound_teaches_the_room_so_the_first_translation_over_the_speaker_is_kept(voices):
+    # The first translation is short (1.2 s) and the speaker talks over it, as loud as its
+    # echo, in a 180 ms room (the live relay's). Without the start sound the filter learns
+    # nothing under double talk, and what the microphone heard goes on silenced (the
+    # speaker's words of those seconds lost). After the sweep (the speaker not yet talking)
+    # the filter has learnt the room: the translation is cancelled as it plays, nothing held
+    # or silenced, the speaker as they were.
+    near, far = voices
+    first, length = 2 * BUS_RATE, BUS_RATE * 6 // 5   # the first translation
+    once = np.zeros(6 * BUS_RATE, np.float32)
+    once[first:first + length] = far[:length]
+    taught = once.copy()
+    taught[:int(SWEEP_S * BUS_RATE)] = sweep(BUS_RATE)
+    said = np.zeros_like(once)
+    said[int(1.5 * BUS_RATE):] = near[:len(once) - int(1.5 * BUS_RATE)]
+    span = slice(first, first + length + BUS_RATE // 2)   # the translation's echo
+    for played, speaker in ((once, True), (taught, True), (taught, False)):
+        echo = room_echo(played, 180, 0.4)
+        loud = echo[span][np.abs(echo[span]) > 1e-3]
+        talk = said * np.sqrt(np.mean(loud ** 2) / np.mean(said[np.abs(said) > 1e-3] ** 2))
+        talk = talk if speaker else np.zeros_like(talk)
+        calls, counters = feed(echo + talk, played)
+        out = np.concatenate([o for o, _ns in calls])
+        if played is once:
+            assert counters["echo_gated_ms"] >= 1000 and not counters["echo_converged_after_ms"]
+            continue
+        assert 0 < counters["echo_converged_after_ms"] <= SWEEP_S * 1000
+        assert counters["echo_gated_ms"] == 0
+        if not speaker:   # the loudspeaker alone: what is left of its echo
+            assert erle_db(echo[span], out[span]) >= 15   # 16.8
+            continue
+        t, o = talk[span], out[span]
+        assert 0.85 <= float(np.dot(o, t) / np.dot(t, t)) <= 1.1   # 0.91
+        # the speaker over what is left of the echo: 7.5 dB (not cancelled: 1.3; without the
+        # sweep all of it silenced: 1.7 s)
+        assert 10 * np.log10(np.sum(t ** 2) / np.sum((o - t) ** 2)) >= 5
+
+
+def test_the_start_sound_is_due_once_per_capture_that_has_not_heard_the_loudspeaker():
+    pcm = sweep(48000)
+    assert len(pcm) == int(SWEEP_S * 48000) and abs(float(np.sqrt(np.mean(pcm ** 2))) - 0.05) < 1e-3
+    assert pcm[0] == 0.0 and pcm[-1] == 0.0   # faded: no click
+    spectrum = np.abs(np.fft.rfft(pcm)) ** 2   # every band of the voice, not one tone
+    bands = [spectrum[int(lo * SWEEP_S):int(2 * lo * SWEEP_S)].sum() for lo in (200, 800, 3200)]
+    assert max(bands) < 4 * min(bands)
+    start = StartSound()
+    learning = {"converged": 0.0, "removed_db": 0.0, "playing_s": 0.0, "reference": 1.0}
+    assert not start.due({}, 1, idle=True, now=0)             # capture does not cancel
+    assert not start.due({**learning, "reference": 0.0}, 1, idle=True, now=0)   # nor hears us
+    assert not start.due(learning, 1, idle=True, now=10)      # first heard: its clocks settle
+    assert not start.due(learning, 1, idle=True, now=10 + SWEEP_AFTER_S / 2)
+    assert not start.due(learning, 1, idle=False, now=20)     # a translation plays: it teaches
+    assert not start.due({**learning, "playing_s": 2.0}, 1, idle=True, now=20)   # heard one
+    assert not start.due({**learning, "converged": 1.0}, 1, idle=True, now=20)
+    assert start.due(learning, 1, idle=True, now=20)
+    # not learnt from it: once more, as long after it ended
+    after = {**learning, "playing_s": SWEEP_S}
+    assert not start.due(after, 1, idle=True, now=20 + SWEEP_S + SWEEP_AFTER_S / 2)
+    assert start.due(after, 1, idle=True, now=20 + SWEEP_S + SWEEP_AFTER_S)
+    assert not start.due({**after, "playing_s": 2 * SWEEP_S}, 1, idle=True, now=60)   # twice
+    assert not start.due(learning, 2, idle=True, now=60)      # a restarted capture: again,
+    assert start.due(learning, 2, idle=True, now=60 + SWEEP_AFTER_S)   # once it settled
 
 
 def test_without_the_reference_nothing_is_removed(voices):
