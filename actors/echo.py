@@ -55,6 +55,15 @@ KEEP_S = 60.0
 REALIGN_MS = 10.0
 #: Frames whose stamps decide whether the two drifted apart (their median): 1 s of 20 ms.
 DRIFT_FRAMES = 50
+#: Once converged the stamps realign only when their median jumps this far in a second (a
+#: device reopened) ...
+JUMP_MS = 30.0
+#: ... and the echo's own drift does, once it nears an end of the filter, by this much
+#: from where it was learnt (EchoPath._realign); inside, the filter follows it by itself.
+FOLLOW_MS = 30.0
+#: After following the echo, its learnt delay is looked at again this many frames later (the
+#: filter has relearnt it where it now is): 5 s.
+FOLLOW_AFTER_FRAMES = 250
 #: The player's output silent this long between two writes: its reference stream starts
 #: again (rather than resampling the silence).
 RESTART_S = 2.0
@@ -242,6 +251,10 @@ class EchoPath:
         self.distance: int | None = None   # reference position of microphone sample 0
         # the last second's frames: how far the stamps put the reference from `distance`
         self.off: collections.deque[float] = collections.deque(maxlen=DRIFT_FRAMES)
+        self.checked = 0              # frames aligned
+        self.last_drift: float | None = None   # converged: the stamps' median a second ago
+        self.learnt_delay: float | None = None   # converged: the echo's delay as first learnt
+        self.follow_from = 0          # frames aligned before the echo's delay is looked at
         self.mic_pos = 0              # microphone samples fed to the canceller
         self.taken_until: int | None = None   # reference positions taken so far
         self.mic_energy = 0.0        # smoothed while playing: the microphone's ...
@@ -309,20 +322,61 @@ class EchoPath:
             # What the stamps say over the last second, by its median: one stamp jitters by
             # ms; a jump (a device reopened) or a drift that lasts moves the median.
             self.off.append(want - self.distance)
+            self.checked += 1
             if len(self.off) == self.off.maxlen:
-                drift = float(np.median(self.off))
-                if abs(drift) > REALIGN_MS * BUS_RATE / 1000:
-                    log.info("capture: the loudspeaker's reference and the microphone drifted "
-                             "%.1f ms apart: realigned (the echo canceller relearns the delay)",
-                             drift * 1000 / BUS_RATE)
-                    self.distance += round(drift)
-                    self.off.clear()
-                    self.counters["echo_realigned"] += 1
+                self._realign(float(np.median(self.off)))
             start = self.mic_pos + self.distance
             ref = self.reference(start, n)
             self.taken_until = max(self.taken_until or start, start + n)
         self.mic_pos += n
         return ref
+
+    def _realign(self, drift: float) -> None:
+        """Move the reference when the stamps (until converged) or the echo itself says so.
+
+        Until converged, the stamps' drift of over REALIGN_MS. Once converged, the stamps
+        only for a jump (their median moved JUMP_MS in a second: a device reopened); a slow
+        drift of theirs is not the sound's. Live (null sinks, one sound server's clock) the
+        stamps drifted 10 ms in 20-30 s while the echo stayed where the filter had learnt it
+        (its peak 174 -> 184 ms after such a realignment, none without), and each realignment
+        made the filter learn the room again under double talk: a reader's words lost (WER
+        81 % on one clip). The echo's own drift moves the peak of the learnt echo path; the
+        filter follows it by itself, until it nears the filter's start (less than LEAD_MS / 2
+        ahead: the echo may come before its reference) or the filter's second half (the
+        room's tail cut): then, moved more than FOLLOW_MS from where it was learnt, the
+        reference follows it back there (the filter learns it once more).
+        """
+        if not self.converged:
+            if abs(drift) > REALIGN_MS * BUS_RATE / 1000:
+                self._move(drift, "the loudspeaker's reference and the microphone drifted "
+                                  f"{drift * 1000 / BUS_RATE:.1f} ms apart")
+            return
+        if self.checked % DRIFT_FRAMES:
+            return
+        last, self.last_drift = self.last_drift, drift
+        if last is not None and abs(drift - last) > JUMP_MS * BUS_RATE / 1000:
+            jump = (drift - last) * 1000 / BUS_RATE
+            self._move(drift, f"the loudspeaker's reference jumped {jump:.1f} ms")
+            return
+        delay = self.delay_ms()
+        if delay is None or self.checked < self.follow_from:
+            return
+        if self.learnt_delay is None:
+            self.learnt_delay = delay
+        moved = delay - self.learnt_delay
+        peak = delay + LEAD_MS   # where in the filter
+        inside = LEAD_MS / 2 <= peak <= self.engine.filter_ms / 2
+        if not inside and abs(moved) > FOLLOW_MS:
+            self._move(-moved * BUS_RATE / 1000, f"the echo moved {moved:.1f} ms")
+            self.counters["echo_followed"] += 1
+            self.follow_from = self.checked + FOLLOW_AFTER_FRAMES
+
+    def _move(self, by: float, why: str) -> None:
+        log.info("capture: %s: realigned (the echo canceller relearns the delay)", why)
+        self.distance += round(by)
+        self.off.clear()
+        self.last_drift = None
+        self.counters["echo_realigned"] += 1
 
     # -- the microphone ---------------------------------------------------------------------
     def cancel(self, pcm: np.ndarray, first_ns: int) -> tuple[np.ndarray, int]:
