@@ -543,11 +543,14 @@ def test_the_start_sound_teaches_capture_the_room_before_anyone_talks(pulse, sho
     capture, player = heard["capture"], heard["player"]
     if start_sound:
         assert capture.echo.get("converged") == 1.0, (capture.echo, logs[0][-3000:])
-        # within the sweep's second: a half second of it lost 15 dB (the 2 s rule is not
-        # what latched it); the null sink is a direct path, no delay
-        assert 0 < capture.counters["echo_converged_after_ms"] <= 1000, capture.counters
+        # within a sweep's second: a half second of it lost 15 dB; the null sink is a direct
+        # path, no delay. A second sweep when the first did not teach it (once in a whole
+        # .ci/run, after 1 s of it; 3 of 3 alone on the first)
+        sweeps = player.counters.get("start_sounds")
+        assert sweeps in (1, 2), player.counters
+        assert 0 < capture.counters["echo_converged_after_ms"] <= 1000 * sweeps, {
+            k: v for k, v in capture.counters.items() if k.startswith("echo")}
         assert abs(capture.echo["delay_ms"]) < 20, capture.echo
-        assert player.counters.get("start_sounds") == 1, player.counters
         assert "the start sound" in logs[0]
     else:
         assert capture.echo == {"converged": 0.0, "removed_db": 0.0, "playing_s": 0.0,
