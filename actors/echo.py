@@ -323,7 +323,9 @@ class EchoPath:
             # ms; a jump (a device reopened) or a drift that lasts moves the median.
             self.off.append(want - self.distance)
             self.checked += 1
-            if len(self.off) == self.off.maxlen:
+            # once converged the stamps are looked at once a second (`_realign`)
+            if len(self.off) == self.off.maxlen and \
+                    (not self.converged or not self.checked % DRIFT_FRAMES):
                 self._realign(float(np.median(self.off)))
             start = self.mic_pos + self.distance
             ref = self.reference(start, n)
@@ -350,8 +352,6 @@ class EchoPath:
             if abs(drift) > REALIGN_MS * BUS_RATE / 1000:
                 self._move(drift, "the loudspeaker's reference and the microphone drifted "
                                   f"{drift * 1000 / BUS_RATE:.1f} ms apart")
-            return
-        if self.checked % DRIFT_FRAMES:
             return
         last, self.last_drift = self.last_drift, drift
         if last is not None and abs(drift - last) > JUMP_MS * BUS_RATE / 1000:
