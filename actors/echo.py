@@ -7,7 +7,8 @@ output (silence the device played included), published in pieces ahead of being 
 fitted DAC times, actors.sampleclock). Capture's side (`EchoPath`): the reference is kept by
 position; each microphone sample takes the reference sample at a fixed distance from it,
 found once from the two streams' wall times (both fitted lines, on one host one clock) and
-changed only when the two drift more than `REALIGN_MS` apart. A linear canceller
+changed only when the two drift more than `REALIGN_MS` apart, or when the echo itself
+slipped a few samples against the filter's prediction of it (`SlipWatch`). A linear canceller
 (actors.engines.echo) needs exactly that: the reference a whole number of samples from the
 echo, the same number from one frame to the next. (Cut by each frame's and each piece's own
 wall time instead, the reference jittered by a sample or two against the echo, and live the
@@ -93,6 +94,20 @@ HOLD_MAX_MS = 3000
 #: lost 4.3 dB of echo after one pass, 8.2 after two, 13.0 after four, 14.6 after eight;
 #: the two seconds after it 7.4, 9.9, 11.1, 11.4).
 AGAIN_PASSES = 4
+#: The echo path slips: a device's stream drops or repeats a few samples, and the echo comes
+#: that much earlier or later than the filter learnt it (live, the room's relay slipped 2
+#: samples once in a minute; the stamps cannot see it, and speex took ~8 s of double talk to
+#: learn the room again: a reader's words lost). Once converged, the filter's prediction of
+#: the echo (what it took away) is set against the microphone at lags of up to SLIP_MAX
+#: samples over the last second, every SLIP_EVERY blocks, where the loudspeaker played in
+#: at least half of it; a lag that fits SLIP_DB better than none, and fits (its correlation,
+#: both first differences: the high band a slip costs most) at least SLIP_RHO, moves the
+#: reference by that lag: the learnt filter is right again at once.
+SLIP_MAX = 16
+SLIP_BLOCKS = 100
+SLIP_EVERY = 25
+SLIP_DB = 3.0
+SLIP_RHO = 0.5
 
 
 #: The player's start sound (`StartSound`): a rising sweep, 100 Hz to 7.5 kHz on a log scale
@@ -272,6 +287,7 @@ class EchoPath:
         self.held_ns = 0
         self.before: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque(
             maxlen=-(-engine.filter_ms // (1000 * BLOCK // BUS_RATE)))
+        self.slips = SlipWatch() if engine.linear else None
 
     # -- the reference ----------------------------------------------------------------------
     def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
@@ -378,6 +394,13 @@ class EchoPath:
         self.last_drift = None
         self.counters["echo_realigned"] += 1
 
+    def _slipped(self, lag: int) -> None:
+        """The echo comes `lag` samples later than the filter learnt it: the reference follows."""
+        if lag:
+            log.info("capture: the echo path slipped %+d sample(s): the reference follows", lag)
+            self.distance -= lag
+            self.counters["echo_slipped"] += 1
+
     # -- the microphone ---------------------------------------------------------------------
     def cancel(self, pcm: np.ndarray, first_ns: int) -> tuple[np.ndarray, int]:
         """`pcm` (a microphone frame, BUS_RATE, first sample at `first_ns`) without the echo.
@@ -428,6 +451,9 @@ class EchoPath:
                 self.before.append((mic[block], ref[block]))
                 ready.append(out[block])
                 ready_ns = block_ns if ready_ns is None else ready_ns
+                if self.converged and self.slips is not None:
+                    self._slipped(self.slips.add(mic[block], mic[block] - out[block],
+                                                 block_ns < self.playing_until_ns))
         if self.held:
             late_ms = len(self.held) * 1000 * BLOCK // BUS_RATE
             if self.converged:
@@ -544,3 +570,41 @@ class EchoPath:
         if delay is not None:
             state["delay_ms"] = round(delay, 1)
         return state
+
+
+class SlipWatch:
+    """Whether the echo path slipped by a few samples (up to SLIP_MAX).
+
+    The lag at which the filter's prediction of the echo fits the microphone best, over the
+    last SLIP_BLOCKS blocks.
+    """
+
+    def __init__(self) -> None:
+        self.blocks: collections.deque[tuple[np.ndarray, np.ndarray, bool]] = \
+            collections.deque(maxlen=SLIP_BLOCKS)
+        self.added = 0
+
+    def add(self, mic: np.ndarray, predicted: np.ndarray, playing: bool) -> int:
+        """One block: the microphone, the echo the filter predicted in it, whether it played.
+
+        Returns the lag (samples, the echo later than predicted) when it slipped, else 0.
+        """
+        self.blocks.append((mic, predicted, playing))
+        self.added += 1
+        if len(self.blocks) < SLIP_BLOCKS or self.added % SLIP_EVERY or \
+                sum(p for _m, _e, p in self.blocks) < SLIP_BLOCKS // 2:
+            return 0
+        m = np.diff(np.concatenate([b[0] for b in self.blocks]).astype(np.float64))
+        e = np.diff(np.concatenate([b[1] for b in self.blocks]).astype(np.float64))
+        core = m[SLIP_MAX:len(m) - SLIP_MAX]
+        rho = np.zeros(2 * SLIP_MAX + 1)
+        for i, lag in enumerate(range(-SLIP_MAX, SLIP_MAX + 1)):
+            q = e[SLIP_MAX - lag:len(e) - SLIP_MAX - lag]   # the prediction `lag` later
+            energy = float(np.dot(q, q)) * float(np.dot(core, core))
+            rho[i] = np.dot(core, q) / np.sqrt(energy) if energy > 0 else 0.0
+        best = int(np.argmax(rho))
+        if best == SLIP_MAX or rho[best] < SLIP_RHO or \
+                rho[best] ** 2 < 10 ** (SLIP_DB / 10) * max(rho[SLIP_MAX], 0.0) ** 2:
+            return 0
+        self.blocks.clear()
+        return best - SLIP_MAX

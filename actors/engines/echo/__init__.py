@@ -27,6 +27,9 @@ class EchoCanceller(abc.ABC):
     """Takes the loudspeaker out of 16 kHz mono microphone audio, block by block."""
 
     name: ClassVar[str] = ""
+    #: Its output is the microphone less a filtered reference (nothing suppressed): what it
+    #: took away is its prediction of the echo (EchoPath's SlipWatch looks at that).
+    linear: ClassVar[bool] = False
 
     def __init__(self, filter_ms: int = 512) -> None:
         self.filter_ms = filter_ms

@@ -55,6 +55,7 @@ class SpeexCanceller(EchoCanceller):
     """Speex's MDF echo canceller: a filter `filter_ms` long (delay and reverberation)."""
 
     name = "speex"
+    linear = True
 
     def load(self) -> None:
         """Open libspeexdsp and make the filter."""
