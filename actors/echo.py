@@ -112,6 +112,10 @@ SLIP_BLOCKS = 50
 SLIP_EVERY = 10
 SLIP_DB = 3.0
 SLIP_RHO = 0.5
+SLIP_AGREE = 2
+#: ... and only after a look found the prediction in place: lag 0 fitting at least this well
+#: (at an echo 10 dB under the speaker, 0.25-0.5 when in place: the speaker is in the mic).
+SLIP_FITTED = 0.2
 
 
 #: The player's start sound (`StartSound`): a rising sweep, 100 Hz to 7.5 kHz on a log scale
@@ -291,7 +295,8 @@ class EchoPath:
         self.held_ns = 0
         self.before: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque(
             maxlen=-(-engine.filter_ms // (1000 * BLOCK // BUS_RATE)))
-        self.slips = SlipWatch() if engine.linear else None
+        self.slips = SlipWatch(-(-engine.filter_ms // (1000 * BLOCK // BUS_RATE))) \
+            if engine.linear else None
 
     # -- the reference ----------------------------------------------------------------------
     def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
@@ -580,24 +585,53 @@ class SlipWatch:
     """Whether the echo path slipped by a few samples (up to SLIP_MAX).
 
     The lag at which the filter's prediction of the echo fits the microphone best, over the
-    last SLIP_BLOCKS blocks.
+    last SLIP_BLOCKS blocks. A slip is a lag other than 0 found SLIP_AGREE times in a row,
+    after the prediction fitted at 0 (SLIP_FITTED: a filter still learning fits nowhere well,
+    and its best lag wanders). After the reference has moved, the filter's history holds the
+    old alignment for `settle` blocks (its length): looked at then, its prediction was half of
+    each, and a live run moved the reference to and fro by 4 samples every half second.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settle: int) -> None:
         self.blocks: collections.deque[tuple[np.ndarray, np.ndarray, bool]] = \
             collections.deque(maxlen=SLIP_BLOCKS)
+        self.settle = settle
         self.added = 0
+        self.fitted = False   # the last look found the prediction in place
+        self.found: list[int] = []   # the lags of the looks since, in a row
 
     def add(self, mic: np.ndarray, predicted: np.ndarray, playing: bool) -> int:
         """One block: the microphone, the echo the filter predicted in it, whether it played.
 
         Returns the lag (samples, the echo later than predicted) when it slipped, else 0.
         """
-        self.blocks.append((mic, predicted, playing))
         self.added += 1
+        if self.added <= 0:   # settling after a move
+            return 0
+        self.blocks.append((mic, predicted, playing))
         if len(self.blocks) < SLIP_BLOCKS or self.added % SLIP_EVERY or \
                 sum(p for _m, _e, p in self.blocks) < SLIP_BLOCKS // 2:
             return 0
+        lag, fit, at_zero = self._lag()
+        if lag == 0:
+            self.fitted, self.found = fit >= SLIP_FITTED, []
+            return 0
+        if fit < SLIP_RHO or fit ** 2 < 10 ** (SLIP_DB / 10) * max(at_zero, 0) ** 2 or \
+                not self.fitted:   # not clearly elsewhere (half of it slipped, or the speaker)
+            self.found = []
+            return 0
+        if self.found and self.found[-1] != lag:
+            self.found = []
+        self.found.append(lag)
+        if len(self.found) < SLIP_AGREE:
+            return 0
+        self.blocks.clear()
+        self.added = -self.settle   # the filter's history fills with the new alignment first
+        self.fitted, self.found = False, []
+        return lag
+
+    def _lag(self) -> tuple[int, float, float]:
+        """The lag that fits best; how well it fits and how well lag 0 does (correlations)."""
         m = np.diff(np.concatenate([b[0] for b in self.blocks]).astype(np.float64))
         e = np.diff(np.concatenate([b[1] for b in self.blocks]).astype(np.float64))
         core = m[SLIP_MAX:len(m) - SLIP_MAX]
@@ -607,8 +641,4 @@ class SlipWatch:
             energy = float(np.dot(q, q)) * float(np.dot(core, core))
             rho[i] = np.dot(core, q) / np.sqrt(energy) if energy > 0 else 0.0
         best = int(np.argmax(rho))
-        if best == SLIP_MAX or rho[best] < SLIP_RHO or \
-                rho[best] ** 2 < 10 ** (SLIP_DB / 10) * max(rho[SLIP_MAX], 0.0) ** 2:
-            return 0
-        self.blocks.clear()
-        return best - SLIP_MAX
+        return best - SLIP_MAX, float(rho[best]), float(rho[SLIP_MAX])
