@@ -76,7 +76,9 @@ class Relay:
         self.path = folder / "room-response.npy"
         np.save(self.path, np.zeros(1) if response is None else np.asarray(response))
         self.log = folder / "relay.log"
+        self.folder = folder
         self.proc: subprocess.Popen | None = None
+        self.recorders: list[tuple[subprocess.Popen, Path]] = []
 
     def start(self, timeout_s: float = 20.0) -> None:
         """Start relaying; LiveBenchError if the stream does not open."""
@@ -92,9 +94,29 @@ class Relay:
                 raise LiveBenchError("the room's relay did not start: "
                                    + self.log.read_text(errors="replace")[-1500:])
             time.sleep(0.05)
+        # The room's two ends, as heard (for analysis: `heard.wav`, the microphone before
+        # cancelling; `played.wav`, the loudspeaker), from now on, each from its own start.
+        for sink, name in (("room", "heard"), ("speaker", "played")):
+            raw = self.folder / f"{name}.raw"
+            with open(raw, "wb") as out:
+                self.recorders.append((subprocess.Popen(
+                    ["pacat", "--record", f"--device={sink}.monitor", "--raw",
+                     "--format=float32le", f"--rate={BUS_RATE}", "--channels=1",
+                     "--latency-msec=20"], env=self.env, stdout=out,
+                    stderr=subprocess.DEVNULL, start_new_session=True), raw))
 
     def stop(self) -> str:
         """Stop relaying; what it said at the end (blocks late)."""
+        for proc, raw in self.recorders:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            room.write_wav(raw.with_suffix(".wav"), np.fromfile(raw, np.float32))
+            raw.unlink()
+        self.recorders = []
         if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
             try:
