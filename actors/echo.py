@@ -104,9 +104,9 @@ AGAIN_PASSES = 4
 #: correlation, both as first differences: the high band a slip costs most) at least
 #: SLIP_RHO, moves the reference by that lag: the learnt filter is right again at once.
 #: Replayed through this path, three live runs with slips in them (the raw recordings): the
-#: speaker over what is left of the echo, in the clip a slip fell in, +1.9 to +3.2 dB with
-#: 1 s looked at every 0.25 s, +2.9 to +7.0 dB with 0.5 s every 0.1 s (every 0.05 s: no
-#: better); in three runs without a slip, none found.
+#: speaker over what is left of the echo, in the clip a slip fell in, +2.8 to +6.8 dB (1 s
+#: looked at every 0.25 s: +1.9 to +3.2; every 0.05 s: no better than 0.1 s); in three runs
+#: without a slip, none found. docs/echo.md.
 SLIP_MAX = 16
 SLIP_BLOCKS = 50
 SLIP_EVERY = 10
@@ -293,10 +293,10 @@ class EchoPath:
         # the blocks just before the first held one (their history primes a second pass).
         self.held: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
         self.held_ns = 0
+        filter_blocks = -(-engine.filter_ms // (1000 * BLOCK // BUS_RATE))
         self.before: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque(
-            maxlen=-(-engine.filter_ms // (1000 * BLOCK // BUS_RATE)))
-        self.slips = SlipWatch(-(-engine.filter_ms // (1000 * BLOCK // BUS_RATE))) \
-            if engine.linear else None
+            maxlen=filter_blocks)
+        self.slips = SlipWatch(filter_blocks) if engine.linear else None
 
     # -- the reference ----------------------------------------------------------------------
     def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
