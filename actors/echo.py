@@ -99,15 +99,16 @@ AGAIN_PASSES = 4
 #: samples in some runs; the stamps cannot see it, and speex took ~8 s of double talk to
 #: learn the room again: a reader's words lost). Once converged, the filter's prediction of
 #: the echo (what it took away) is set against the microphone at lags of up to SLIP_MAX
-#: samples over the last SLIP_BLOCKS, every SLIP_EVERY blocks, where the loudspeaker played
-#: in at least half of them; a lag that fits SLIP_DB better than none, and fits (their
-#: correlation, both as first differences: the high band a slip costs most) at least
-#: SLIP_RHO, moves the reference by that lag: the learnt filter is right again at once.
+#: samples (30 ms, by FFT: a move the stamps show is JUMP_MS's; live, the relay's moved
+#: 1-28 samples, 9 ms once) over the last SLIP_BLOCKS, every SLIP_EVERY blocks, where the
+#: loudspeaker played in at least half of them; a lag that fits SLIP_DB better than none,
+#: and fits (their correlation, both as first differences: the high band a slip costs most)
+#: at least SLIP_RHO, moves the reference by that lag: the learnt filter is right again at once.
 #: Replayed through this path, three live runs with slips in them (the raw recordings): the
 #: speaker over what is left of the echo, in the clip a slip fell in, +2.8 to +6.8 dB (1 s
 #: looked at every 0.25 s: +1.9 to +3.2; every 0.05 s: no better than 0.1 s); in three runs
 #: without a slip, none found. docs/echo.md.
-SLIP_MAX = 16
+SLIP_MAX = BUS_RATE * 30 // 1000
 SLIP_BLOCKS = 50
 SLIP_EVERY = 10
 SLIP_DB = 3.0
@@ -582,7 +583,7 @@ class EchoPath:
 
 
 class SlipWatch:
-    """Whether the echo path slipped by a few samples (up to SLIP_MAX).
+    """Whether the echo path slipped (by up to SLIP_MAX samples).
 
     The lag at which the filter's prediction of the echo fits the microphone best, over the
     last SLIP_BLOCKS blocks. A slip is a lag other than 0 found SLIP_AGREE times in a row,
@@ -635,10 +636,14 @@ class SlipWatch:
         m = np.diff(np.concatenate([b[0] for b in self.blocks]).astype(np.float64))
         e = np.diff(np.concatenate([b[1] for b in self.blocks]).astype(np.float64))
         core = m[SLIP_MAX:len(m) - SLIP_MAX]
-        rho = np.zeros(2 * SLIP_MAX + 1)
-        for i, lag in enumerate(range(-SLIP_MAX, SLIP_MAX + 1)):
-            q = e[SLIP_MAX - lag:len(e) - SLIP_MAX - lag]   # the prediction `lag` later
-            energy = float(np.dot(q, q)) * float(np.dot(core, core))
-            rho[i] = np.dot(core, q) / np.sqrt(energy) if energy > 0 else 0.0
+        # dot(core, the prediction `lag` later) for every lag at once, by FFT: at k = MAX - lag
+        size = 1 << int(np.ceil(np.log2(len(e) + len(core))))
+        dots = np.fft.irfft(np.fft.rfft(e, size) * np.conj(np.fft.rfft(core, size)),
+                            size)[:2 * SLIP_MAX + 1]
+        power = np.concatenate([[0.0], np.cumsum(e * e)])
+        energy = (power[len(core):len(core) + 2 * SLIP_MAX + 1] - power[:2 * SLIP_MAX + 1]) \
+            * float(np.dot(core, core))
+        rho = np.divide(dots, np.sqrt(energy), out=np.zeros_like(dots),
+                        where=energy > 0)[::-1]   # index i: lag i - SLIP_MAX
         best = int(np.argmax(rho))
         return best - SLIP_MAX, float(rho[best]), float(rho[SLIP_MAX])

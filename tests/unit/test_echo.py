@@ -341,15 +341,17 @@ def test_an_echo_that_moves_is_followed_once_it_nears_the_end_of_the_filter(voic
         assert erle_db(echo[single], out[single]) >= 7, later
 
 
-def test_an_echo_path_that_slips_two_samples_is_cancelled_again_at_once(voices):
-    # Live the room's relay slipped 2 samples once in a minute (the stamps cannot see it) and
-    # speex took ~8 s of double talk to learn the room again: a reader's words lost. The
-    # filter's own prediction says where the echo went; the reference follows it.
+@pytest.mark.parametrize("slip", [2, 320])
+def test_an_echo_path_that_slips_is_cancelled_again_at_once(voices, slip):
+    # Live the room's relay slipped 2-28 samples (and 9 ms once) in some runs (the stamps
+    # cannot see it) and speex took ~8 s of double talk to learn the room again: a reader's
+    # words lost. The filter's own prediction says where the echo went; the reference
+    # follows it. 2 samples, and 20 ms (320).
     near, far = voices
     n = len(far)
     at = n * 2 // 3 + BUS_RATE   # a second into the speaker's talking over the loudspeaker
     echo = room_echo(far, 80, 0.4)
-    echo[at:] = np.concatenate([np.zeros(2, np.float32), echo])[at:n]   # 2 samples later
+    echo[at:] = np.concatenate([np.zeros(slip, np.float32), echo])[at:n]   # `slip` later
     results = {}
     for watch in (True, False):
         _mic, echo_, out, start, path, counters = run_path(
@@ -361,7 +363,8 @@ def test_an_echo_path_that_slips_two_samples_is_cancelled_again_at_once(voices):
                           counters["echo_slipped"])
     (kept, slipped), (lost, _) = results[True], results[False]
     assert slipped == 1
-    # measured: 18.0 dB against 9.9 without following it (not slipped: 18.4)
+    # measured: 2 samples 18.0 dB against 9.9 without following it (not slipped: 18.4);
+    # 320 samples 15.4 against 1.9
     assert kept >= 12 and kept >= lost + 5, results
 
 

@@ -4,11 +4,12 @@
 whole pipeline in real time through a private PulseAudio daemon (actors.bench.soundserver)
 with two null sinks, as a room with a loudspeaker does:
 
-- the speaker (the five readers of `voxweft bench --echo`, at their own levels, talking on
-  with 0.3 s pauses) is played into the sink ``room``, whose monitor is the microphone;
-- the player plays the translation into the sink ``speaker``; a `Relay` records its monitor
-  and plays it into ``room`` through the room: a delay, a reverberation tail (the impulse
-  response of `voxweft bench --echo`, same seed) and a level against the speaker's;
+- the room (a `Relay`, its own real-time process) plays into the sink ``room``, whose monitor
+  is the microphone: the speaker (the five readers of `voxweft bench --echo`, at their own
+  levels, talking on with 0.3 s pauses) and what the loudspeaker plays, coming back
+  through the room: a delay, a reverberation tail (the impulse response of `voxweft bench
+  --echo`, same seed) and a level against the speaker's;
+- the player plays the translation into the sink ``speaker``, whose monitor the relay reads;
 - headphones: the same with the room's noise alone (nothing of the translation reaches the
   microphone).
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,8 +73,10 @@ class Relay:
     the noise alone.
     """
 
-    def __init__(self, env: dict, response: np.ndarray | None, folder: Path) -> None:
+    def __init__(self, env: dict, response: np.ndarray | None, folder: Path,
+                 speech: Path | None = None) -> None:
         self.env = {**env, "PULSE_SOURCE": "speaker.monitor", "PULSE_SINK": "room"}
+        self.speech = speech
         self.path = folder / "room-response.npy"
         np.save(self.path, np.zeros(1) if response is None else np.asarray(response))
         self.log = folder / "relay.log"
@@ -84,7 +88,8 @@ class Relay:
         """Start relaying; LiveBenchError if the stream does not open."""
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "voxweft.tools.bench.roomrelay", str(self.path)],
+                [sys.executable, "-m", "voxweft.tools.bench.roomrelay", str(self.path),
+                 *([str(self.speech)] if self.speech else [])],
                 env=self.env, stdin=subprocess.PIPE, stdout=log, stderr=log,
                 start_new_session=True)
         deadline = time.monotonic() + timeout_s
@@ -104,6 +109,15 @@ class Relay:
                      "--format=float32le", f"--rate={BUS_RATE}", "--channels=1",
                      "--latency-msec=20"], env=self.env, stdout=out,
                     stderr=subprocess.DEVNULL, start_new_session=True), raw))
+
+    def talk(self) -> None:
+        """The speaker starts talking (SPEECH, in the relay's own stream)."""
+        self.proc.send_signal(signal.SIGUSR1)
+
+    def spoke(self) -> bool:
+        """The speaker has said all of it (or the relay ended)."""
+        return self.proc.poll() is not None or \
+            "spoke" in self.log.read_text(errors="replace").split()
 
     def stop(self) -> str:
         """Stop relaying; what it said at the end (blocks late)."""
@@ -142,15 +156,15 @@ def room_response(tts, delay_ms: float, rt60_s: float, level_db: float) -> np.nd
 
 
 class LiveCollector:
-    """What one condition heard: starts the speaker once the pipeline is ready."""
+    """What one condition heard: the room's relay starts the speaker once the pipeline is ready."""
 
-    def __init__(self, wav: Path, env: dict) -> None:
-        self.wav, self.env = wav, env
+    def __init__(self, room: Relay) -> None:
+        self.room = room
         self.verdict = (True, [])
         self.seen: list = []
         self.frames: list[AudioFrame] = []     # what capture passed on (after cancelling)
         self.ready_at: float | None = None
-        self.talker: subprocess.Popen | None = None
+        self.talking = False
         self.ended: float | None = None
         self.end_ns = 0
 
@@ -162,10 +176,10 @@ class LiveCollector:
         """Start the speaker once ready; done `AFTER_S` after they stopped."""
         now = time.monotonic()
         self.ready_at = self.ready_at or now
-        if self.talker is None and now - self.ready_at >= START_S:
-            self.talker = subprocess.Popen(["paplay", "--device=room", str(self.wav)],
-                                           env=self.env, start_new_session=True)
-        if self.talker is not None and self.ended is None and self.talker.poll() is not None:
+        if not self.talking and now - self.ready_at >= START_S:
+            self.room.talk()
+            self.talking = True
+        if self.talking and self.ended is None and self.room.spoke():
             self.ended, self.end_ns = now, time.time_ns()
         return self.ended is not None and now - self.ended >= AFTER_S
 
@@ -173,11 +187,6 @@ class LiveCollector:
         """Never: the session is timed by the speaker."""
         return ""
 
-    def close(self) -> None:
-        """Stop the speaker if they still talk."""
-        if self.talker is not None and self.talker.poll() is None:
-            self.talker.kill()
-            self.talker.wait(5)
 
 
 def _words(text: str) -> list[str]:
@@ -266,9 +275,12 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
     speaker's session) also each clip as capture passed it on (`per_clip`).
     """
     out.mkdir(parents=True, exist_ok=True)
-    daemon = PulseDaemon(sinks=("speaker", "room"), source="room.monitor")
+    # At the bus's rate, mono: nothing between the loudspeaker and the microphone resamples
+    # (at 44.1 kHz its delay was no whole number of samples, and it moved by several).
+    daemon = PulseDaemon(sinks=("speaker", "room"), source="room.monitor", rate=BUS_RATE,
+                         channels=1)
     saved = {k: os.environ.get(k) for k in ("PULSE_SERVER", "PULSE_RUNTIME_PATH")}
-    relay = collector = None
+    relay = None
     try:
         try:
             daemon.start()
@@ -280,9 +292,9 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
             "capture": {"source": "microphone", "device": DEVICE},
             "player": {"sink": "device", "device": DEVICE},
             **({"segmenter": {"echo_mode": mode}} if mode else {})}})
-        relay = Relay(daemon.env, response, out)
+        relay = Relay(daemon.env, response, out, wav)
         relay.start()
-        collector = LiveCollector(wav, daemon.env)
+        collector = LiveCollector(relay)
         topics = [wire.topic(VadEvent), wire.topic(Transcript), wire.topic(Status, "capture"),
                   *([wire.topic(AudioFrame, "capture")] if asr is not None else [])]
         code, reason = run_session(topology, collector, topics, out, timeout_s=600,
@@ -292,8 +304,6 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
         return {"echo_handling": topology.echo_handling, **measure(collector, reference),
                 **(per_clip(asr, collector, near, out) if asr is not None else {})}
     finally:
-        if collector is not None:
-            collector.close()
         if relay is not None:
             print(f"voxweft bench: {relay.stop()}", flush=True)
         daemon.cleanup()

@@ -33,8 +33,9 @@ def missing() -> list[str]:
 class PulseDaemon:
     """One private ``pulseaudio`` process whose files all live in a temporary directory."""
 
-    def __init__(self, sinks: tuple[str, ...] = (SINK,), source: str = "") -> None:
-        """Null sinks `sinks` by name, the first the default.
+    def __init__(self, sinks: tuple[str, ...] = (SINK,), source: str = "",
+                 rate: int = 44100, channels: int = 2) -> None:
+        """Null sinks `sinks` by name, the first the default, at `rate` Hz, `channels`.
 
         `source`: the default source (default: the first sink's monitor).
         """
@@ -48,8 +49,8 @@ class PulseDaemon:
         script = self.dir / "null.pa"
         script.write_text(
             f"load-module module-native-protocol-unix socket={self.socket} auth-anonymous=1\n"
-            + "".join(f"load-module module-null-sink sink_name={name} rate=44100 channels=2\n"
-                      for name in sinks)
+            + "".join(f"load-module module-null-sink sink_name={name} rate={rate} "
+                      f"channels={channels}\n" for name in sinks)
             + f"set-default-sink {sinks[0]}\n"
             f"set-default-source {source or sinks[0] + '.monitor'}\n")
         self.script = script
