@@ -21,7 +21,7 @@ def test_the_relay_plays_the_room_as_the_offline_bench_convolves_it():
 
 class _Heard(echolive.LiveCollector):
     def __init__(self, seen, end_ns):
-        super().__init__(None, {})
+        super().__init__(None)
         self.seen, self.end_ns = seen, end_ns
 
 
