@@ -78,16 +78,6 @@ SMOOTH = 0.005
 #: what the microphone hears while the loudspeaker plays is held (measured: speex reaches
 #: it after 5-10 s of playing; docs/echo.md).
 CONVERGED_DB = 15.0
-#: ... or, where the echo is too quiet over the room's own noise to lose that much (live, an
-#: echo 10 dB under the speaker: the start sound's 25 dB over the noise, and the sweeps did
-#: not converge the filter in 2 runs of 7: the first translation silenced), FLOOR_LOST_DB
-#: and what is left within FLOOR_DB of the noise: the microphone's level where neither the
-#: loudspeaker nor its echo was (its QUIET_PERCENTILE over the last QUIET_BLOCKS of them).
-#: The speaker talking over it stays far above that, and never passes for the noise.
-FLOOR_LOST_DB = 10.0
-FLOOR_DB = 3.0
-QUIET_BLOCKS = 1000
-QUIET_PERCENTILE = 10
 WINDOW_BLOCKS = 50   # 0.5 s
 #: ... or after this much playing, whatever was measured: a speaker who never pauses while the
 #: loudspeaker plays (continuous speech) gives no window of single talk, and would stay
@@ -102,10 +92,8 @@ HOLD_MAX_MS = 3000
 #: Times the filter goes over what it held before that goes on: it learns from the same
 #: seconds again (offline, 2 s of a loudspeaker in an 80 ms, RT60 0.4 s room: what was held
 #: lost 4.3 dB of echo after one pass, 8.2 after two, 13.0 after four, 14.6 after eight;
-#: the two seconds after it 7.4, 9.9, 11.1, 11.4). Live, on the start sound at an echo 10
-#: dB under the speaker, four passes were not enough in 2 runs of 7 (the first translation
-#: then silenced); eight, from a new filter (`_settled`), learnt it in 9 replayed runs of 9.
-AGAIN_PASSES = 8
+#: the two seconds after it 7.4, 9.9, 11.1, 11.4).
+AGAIN_PASSES = 4
 #: Once converged, the first time the loudspeaker and its echo have stopped after a stretch
 #: it played alone (the start sound, usually), the filter goes over the last REHEARSE_S
 #: again REHEARSE_PASSES times, and goes on from there: it learns the room further from
@@ -227,21 +215,8 @@ def describe(state: dict[str, float]) -> str:
             f"{state.get('removed_db', 0):.0f} dB quieter while the loudspeaker plays)")
 
 
-def _lost_enough(mic: np.ndarray | float, out: np.ndarray | float, floor: float):
-    """Whether energies `mic` -> `out` (sums over WINDOW_BLOCKS) show a learnt room.
-
-    `floor`: the room's noise, the same sum over as many quiet blocks (0: unknown).
-    """
-    lost = 10 * np.log10(np.maximum(mic, 1e-20) / np.maximum(out, 1e-20))
-    near_floor = (lost >= FLOOR_LOST_DB) & (np.asarray(out) <= floor * 10 ** (FLOOR_DB / 10))
-    return (lost >= CONVERGED_DB) | (near_floor & (floor > 0))
-
-
-def _learnt(mic: np.ndarray, ref: np.ndarray, out: np.ndarray, floor: float = 0.0) -> bool:
-    """Whether some WINDOW_BLOCKS of playing blocks lost enough from `mic` to `out`.
-
-    `floor`: the room's noise as the mean energy of a sample (0: unknown); `_lost_enough`.
-    """
+def _learnt(mic: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:
+    """Whether some WINDOW_BLOCKS of playing blocks lost CONVERGED_DB from `mic` to `out`."""
     playing = [i for i in range(0, len(ref) - BLOCK + 1, BLOCK)
                if np.sqrt(np.mean(ref[i:i + BLOCK] ** 2)) >= PLAYING_RMS]
     if len(playing) < WINDOW_BLOCKS:
@@ -252,7 +227,8 @@ def _learnt(mic: np.ndarray, ref: np.ndarray, out: np.ndarray, floor: float = 0.
     # anywhere in it, not only where a fixed window would fall)
     m = np.convolve(m, np.ones(WINDOW_BLOCKS), "valid")
     o = np.convolve(o, np.ones(WINDOW_BLOCKS), "valid")
-    return bool(np.any(_lost_enough(m, o, floor * BLOCK * WINDOW_BLOCKS)))
+    return bool(np.any(10 * np.log10(np.maximum(m, 1e-20) / np.maximum(o, 1e-20))
+                       >= CONVERGED_DB))
 
 
 class Reference:
@@ -340,8 +316,6 @@ class EchoPath:
         self.recent: collections.deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = \
             collections.deque(maxlen=int(REHEARSE_S * BUS_RATE) // BLOCK)
         self.rehearsed = False
-        # the microphone's energy where nothing of the loudspeaker was (`_floor`)
-        self.quiet: collections.deque[float] = collections.deque(maxlen=QUIET_BLOCKS)
         self.tried = 0   # the loudspeaker's stop (playing_until_ns) last rehearsed after
 
     # -- the reference ----------------------------------------------------------------------
@@ -496,8 +470,6 @@ class EchoPath:
                 self.mic_energy += SMOOTH * (m - self.mic_energy)
                 self.out_energy += SMOOTH * (o - self.out_energy)
                 self._converging(m, o)
-            elif block_ns >= self.playing_until_ns + self.tail_ns:
-                self.quiet.append(float(np.mean(mic[i:i + BLOCK] ** 2)))
             block = slice(i, i + BLOCK)
             echo = learning and block_ns < self.playing_until_ns + self.tail_ns
             if echo or self.held:
@@ -588,12 +560,8 @@ class EchoPath:
         playing then lost CONVERGED_DB, the criterion `converged` has everywhere, the filter
         has learnt the room and what was held goes on cancelled; else silenced, as before.
         """
-        # From the start: a filter that did not learn from these seconds as they came can be
-        # stuck (replayed live runs: 4 more passes reached 8 dB in one, 21 in another, and
-        # passes 5-16 changed nothing in the first), and 8 passes from new learn them all.
-        self.engine.reset()
         mic, ref, out = self._passes()
-        if _learnt(mic, ref, out, self._floor()):
+        if _learnt(mic, ref, out):
             self._latch()
             return self._released(out)
         return self._silenced()
@@ -633,14 +601,8 @@ class EchoPath:
             return
         mic, out, _ = self.window
         self.window = [0.0, 0.0, 0]
-        if _lost_enough(mic, out, self._floor() * WINDOW_BLOCKS):
+        if 10 * np.log10(max(mic, 1e-20) / max(out, 1e-20)) >= CONVERGED_DB:
             self._latch()
-
-    def _floor(self) -> float:
-        """The room's noise: the mean energy of a sample where nothing of the loudspeaker was."""
-        if len(self.quiet) < WINDOW_BLOCKS:
-            return 0.0
-        return float(np.percentile(self.quiet, QUIET_PERCENTILE))
 
     def _latch(self) -> None:
         """Converged, for good: said with how long the loudspeaker had played."""

@@ -46,10 +46,6 @@ class EchoCanceller(abc.ABC):
         """The echo path the canceller has learnt (samples at BUS_RATE), if it says."""
         return None
 
-    def reset(self) -> None:
-        """Forget what it has learnt: as just loaded."""
-        self.load()
-
     def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
         """Float32 microphone audio (a whole number of BLOCKs) with `ref`'s echo removed."""
         out = np.empty(len(mic), np.float32)

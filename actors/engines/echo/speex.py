@@ -46,7 +46,6 @@ def open_library() -> ctypes.CDLL:
     lib.speex_echo_state_init.restype = ctypes.c_void_p
     lib.speex_echo_state_init.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.speex_echo_state_destroy.argtypes = [ctypes.c_void_p]
-    lib.speex_echo_state_reset.argtypes = [ctypes.c_void_p]
     lib.speex_echo_cancellation.argtypes = [ctypes.c_void_p] + [ctypes.c_void_p] * 3
     lib.speex_echo_ctl.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     return lib
@@ -73,10 +72,6 @@ class SpeexCanceller(EchoCanceller):
         self.lib.speex_echo_cancellation(self.state, mic.ctypes.data, ref.ctypes.data,
                                          self.out.ctypes.data)
         return self.out.copy()
-
-    def reset(self) -> None:
-        """Forget what it has learnt (libspeexdsp's own reset: the rate stays set)."""
-        self.lib.speex_echo_state_reset(self.state)
 
     def impulse_response(self) -> np.ndarray:
         """The filter's taps: its peak is the echo's delay."""
