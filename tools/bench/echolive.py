@@ -188,7 +188,6 @@ class LiveCollector:
         return ""
 
 
-
 def _words(text: str) -> list[str]:
     return offline._words(text).split()
 

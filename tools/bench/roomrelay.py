@@ -11,11 +11,11 @@ each late block adding to it for good; a room's echo path does not move.)
 
 The speaker talks in the same stream: on SIGUSR1 the relay mixes SPEECH (16 kHz mono) into
 what it plays, from its next block on, and says "spoke" on standard error when it is all out.
-(Played by a second client into the same sink, the speech's stream starting made the sound
-server redo what it had mixed: the echo came 4-7 samples later from then on in some runs, a
-slip no room makes; `docs/echo.md`.) It runs until its standard input closes or it is
-terminated; it says on standard error how many blocks came late (PortAudio's under- and
-overflows).
+(A room is one sound; a second client on the same sink was one more stream whose start
+the sound server mixes in, and the echo's delay moved by samples in some runs then, as it
+still did, less often, after this change: `docs/echo.md`.) It runs until its standard
+input closes or it is terminated; it says on standard error how many blocks came late
+(PortAudio's under- and overflows).
 """
 
 from __future__ import annotations
