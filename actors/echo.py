@@ -128,8 +128,18 @@ SLIP_EVERY = 10
 SLIP_DB = 3.0
 SLIP_RHO = 0.5
 SLIP_AGREE = 2
+#: ... or fits at least SLIP_CLEAR_RHO and SLIP_CLEAR_DB better than none, found once more
+#: in a row (three looks): the speaker talking over the loudspeaker lowers every fit
+#: (replayed, a +4 slip under double talk at an echo 10 dB under the speaker: 0.36-0.52 at
+#: +4, 0.02-0.07 at 0), and a poor prediction fits a wrong lag that well for two looks
+#: (replayed, a run without a slip: -3 at 0.53 and 0.43, 0 at 0.08 and 0.12).
+SLIP_CLEAR_RHO = 0.3
+SLIP_CLEAR_DB = 10.0
 #: ... and only after a look found the prediction in place: lag 0 fitting at least this well
-#: (at an echo 10 dB under the speaker, 0.25-0.5 when in place: the speaker is in the mic).
+#: (at an echo 10 dB under the speaker, 0.25-0.5 when in place: the speaker is in the mic),
+#: or after the filter went over single talk again (the rehearsal: it fits there by then).
+#: The looks agree when their lags are at most one sample apart (a slip of 3.5 samples is
+#: found at 3 and 4 in turn); the reference moves by the last.
 SLIP_FITTED = 0.2
 
 
@@ -522,6 +532,8 @@ class EchoPath:
         for _ in range(REHEARSE_PASSES):
             self.engine.process(mic, ref)
         self.rehearsed = True
+        if self.slips is not None:   # it fits in place now: a slip before the next look shows
+            self.slips.fitted = True
         self.counters["echo_rehearsed_ms"] += len(mic) * 1000 // BUS_RATE
         self.recent.clear()
 
@@ -651,7 +663,7 @@ class SlipWatch:
         self.settle = settle
         self.added = 0
         self.fitted = False   # the last look found the prediction in place
-        self.found: list[int] = []   # the lags of the looks since, in a row
+        self.found: list[tuple[int, bool]] = []   # the looks since, in a row: lag, strict
 
     def add(self, mic: np.ndarray, predicted: np.ndarray, playing: bool) -> int:
         """One block: the microphone, the echo the filter predicted in it, whether it played.
@@ -669,14 +681,16 @@ class SlipWatch:
         if lag == 0:
             self.fitted, self.found = fit >= SLIP_FITTED, []
             return 0
-        if fit < SLIP_RHO or fit ** 2 < 10 ** (SLIP_DB / 10) * max(at_zero, 0) ** 2 or \
-                not self.fitted:   # not clearly elsewhere (half of it slipped, or the speaker)
+        better = fit ** 2 / at_zero ** 2 if at_zero > 0 else math.inf
+        strict = fit >= SLIP_RHO and better >= 10 ** (SLIP_DB / 10)
+        if not self.fitted or not strict and (  # not clearly elsewhere (half of it slipped,
+                fit < SLIP_CLEAR_RHO or better < 10 ** (SLIP_CLEAR_DB / 10)):   # the speaker)
             self.found = []
             return 0
-        if self.found and self.found[-1] != lag:
+        if self.found and abs(self.found[-1][0] - lag) > 1:
             self.found = []
-        self.found.append(lag)
-        if len(self.found) < SLIP_AGREE:
+        self.found.append((lag, strict))
+        if len(self.found) < SLIP_AGREE + (not all(s for _lag, s in self.found)):
             return 0
         self.blocks.clear()
         self.added = -self.settle   # the filter's history fills with the new alignment first

@@ -64,3 +64,9 @@ def test_what_capture_passed_on_is_laid_out_by_stream_time_and_the_speaker_found
     got, t0 = echolive.passed_on(frames)
     assert t0 == 7.0 and np.array_equal(got, heard)
     assert echolive.offset(got, near) == 12345
+
+
+def test_a_row_says_how_many_blocks_the_relay_had_late():
+    assert echolive.late_blocks("relaying\nspoke\nrelay: 3 block(s) late") == 3
+    assert echolive.late_blocks("relay: 0 block(s) late") == 0
+    assert echolive.late_blocks("") is None   # it did not get to say: unknown, not 0

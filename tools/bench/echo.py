@@ -39,7 +39,7 @@ import soxr
 
 from voxweft.actors.echo import EchoPath
 from voxweft.actors.engines import build
-from voxweft.actors.engines.echo import BLOCK, canceller
+from voxweft.actors.engines.echo import canceller
 from voxweft.deploy.topology import Topology
 from voxweft.protocol.messages import BUS_RATE
 from voxweft.tools.bench import DEFAULT_CORPUS, readers
@@ -139,13 +139,16 @@ def cancel(engine: str, mic: np.ndarray, far: np.ndarray) -> tuple[np.ndarray, d
     eng.load()
     path = EchoPath(eng, counters)
     t0 = time.time_ns()
-    for i in range(0, len(far), BUS_RATE // 2):   # the player's pieces, ahead of playing
-        path.played(i, far[i:i + BUS_RATE // 2], (i, t0 + i * 10**9 // BUS_RATE))
-    frame = 2 * BLOCK
-    cpu = time.process_time()
-    out = np.concatenate([path.cancel(mic[i:i + frame], t0 + i * 10**9 // BUS_RATE)[0]
-                          for i in range(0, len(mic) - frame + 1, frame)])
-    cpu = time.process_time() - cpu
+    frame, piece = BUS_RATE // 50, BUS_RATE // 2   # capture's default frame_ms; 0.5 s pieces
+    outs, fed, cpu = [], 0, 0.0
+    for i in range(0, len(mic) - frame + 1, frame):
+        while fed < min(len(far), i + 2 * piece):   # the player's pieces, a second ahead
+            path.played(fed, far[fed:fed + piece], (fed, t0 + fed * 10**9 // BUS_RATE))
+            fed += piece
+        start = time.process_time()
+        outs.append(path.cancel(mic[i:i + frame], t0 + i * 10**9 // BUS_RATE)[0])
+        cpu += time.process_time() - start
+    out = np.concatenate(outs)
     return out, {"cpu": round(cpu / (len(out) / BUS_RATE), 4),
                  "latency_ms": round(cpu / (len(out) / frame) * 1000, 2),
                  "converged_s": round(counters["echo_converged_after_ms"] / 1000, 1)

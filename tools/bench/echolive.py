@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -279,7 +280,7 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
     daemon = PulseDaemon(sinks=("speaker", "room"), source="room.monitor", rate=BUS_RATE,
                          channels=1)
     saved = {k: os.environ.get(k) for k in ("PULSE_SERVER", "PULSE_RUNTIME_PATH")}
-    relay = None
+    relay, said = None, ""
     try:
         try:
             daemon.start()
@@ -300,17 +301,29 @@ def condition(base: Topology, out: Path, name: str, mode: str, response, wav: Pa
                                    what=f"live: {name}")
         if code:
             raise LiveBenchError(f"{name}: {reason}")
-        return {"echo_handling": topology.echo_handling, **measure(collector, reference),
-                **(per_clip(asr, collector, near, out) if asr is not None else {})}
+        row = {"echo_handling": topology.echo_handling, **measure(collector, reference),
+               **(per_clip(asr, collector, near, out) if asr is not None else {})}
     finally:
         if relay is not None:
-            print(f"voxweft bench: {relay.stop()}", flush=True)
+            said = relay.stop()
+            print(f"voxweft bench: {said}", flush=True)
         daemon.cleanup()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    return {**row, "relay_late_blocks": late_blocks(said)}
+
+
+def late_blocks(said: str) -> int | None:
+    """How many blocks the relay said came late (None: it did not say).
+
+    A late block moves the relay's echo path for good, which a room's never does: a row with
+    any measured a moving room (live, they came while the actors loaded their models).
+    """
+    late = re.search(r"(\d+) block\(s\) late", said)
+    return int(late.group(1)) if late else None
 
 
 def bench_echo_live(base: Topology, out: Path, conditions=CONDITIONS) -> dict:
@@ -349,8 +362,8 @@ def markdown(report: dict) -> str:
              f"{len(report['readers'])} readers", "",
              "| condition | echo_mode | WER % | words heard % | heard, not said | lines after "
              "the speaker stopped | converged | delay ms | removed dB | held s | silenced s "
-             "| WER % of capture's output, clip by clip |",
-             "|---" * 12 + "|"]
+             "| WER % of capture's output, clip by clip | relay: blocks late (the room moved) |",
+             "|---" * 13 + "|"]
     for r in report["rows"]:
         e = r["echo"]
         lines.append(f"| {r['condition']} | {r['echo_mode']} | {r['wer']} | {r['heard_pct']} "
@@ -358,5 +371,5 @@ def markdown(report: dict) -> str:
                      f"{'yes' if e.get('converged') else '-'} | "
                      f"{'-'.join(f'{d:.0f}' for d in r.get('delay_ms', [])) or '-'} | "
                      f"{e.get('removed_db', '-')} | {r['held_s']} | {r['silenced_s']} | "
-                     f"{r.get('clip_wer', '-')} |")
+                     f"{r.get('clip_wer', '-')} | {r.get('relay_late_blocks', '-')} |")
     return "\n".join(lines) + "\n"
