@@ -143,6 +143,21 @@ SLIP_CLEAR_DB = 10.0
 SLIP_FITTED = 0.2
 
 
+#: Where the filter has not learnt the room (a start sound not learnt, or the loudspeaker
+#: played CONVERGED_PLAYING_MS without a window losing CONVERGED_DB), the echo is looked
+#: for in what was held, by the reference's and the microphone's cross-spectrum whitened
+#: (GCC-PHAT) over FIND_MAX_MS either way: a peak FIND_CLEAR times any other (beyond
+#: FIND_GUARD_MS) where the filter cannot reach it (the echo before its reference, or past
+#: half the filter) moves the reference so that it comes LEAD_MS after it, and from then on
+#: the sound, not the stamps, says where it is (only their jumps move it). Live, the player's
+#: device ran dry four times while the actors loaded their models: its stamps then put the
+#: reference after the echo, no sweep was learnt, and after CONVERGED_PLAYING_MS capture
+#: called it converged with 0.1 dB removed: three lines of the loudspeaker interpreted after
+#: the speaker stopped (tests/unit/test_echo.py: stamps 200-400 ms late).
+FIND_MAX_MS = 1000
+FIND_CLEAR = 2.0
+FIND_GUARD_MS = 2.0
+
 #: The player's start sound (`StartSound`): a rising sweep, 100 Hz to 7.5 kHz on a log scale
 #: (as much energy in each octave as the voice's bands have: pink, every band of the filter
 #: taught at once), this long, faded in and out, at the active level of a voice. Offline
@@ -241,6 +256,27 @@ def _learnt(mic: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:
                        >= CONVERGED_DB))
 
 
+def find_echo(mic: np.ndarray, ref: np.ndarray) -> int | None:
+    """How many samples the echo of `ref` comes after it in `mic`, where that is clear.
+
+    GCC-PHAT over FIND_MAX_MS either way; None unless the peak is FIND_CLEAR times any
+    other lag beyond FIND_GUARD_MS of it.
+    """
+    reach = min(BUS_RATE * FIND_MAX_MS // 1000, len(mic) // 2)
+    guard = int(BUS_RATE * FIND_GUARD_MS // 1000)
+    if reach <= 2 * guard or not np.any(ref) or not np.any(mic):
+        return None
+    size = 1 << int(np.ceil(np.log2(len(mic) + len(ref))))
+    cross = np.fft.rfft(mic, size) * np.conj(np.fft.rfft(ref, size))
+    r = np.fft.irfft(cross / (np.abs(cross) + 1e-12), size)
+    lags = np.abs(np.concatenate([r[-reach:], r[:reach + 1]]))   # index i: lag i - reach
+    best = int(np.argmax(lags))
+    rest = np.concatenate([lags[:max(0, best - guard)], lags[best + guard + 1:]])
+    if not len(rest) or lags[best] < FIND_CLEAR * float(np.max(rest)):
+        return None
+    return best - reach
+
+
 class Reference:
     """The player's side: what it writes to its device, as one continuous 16 kHz stream.
 
@@ -327,6 +363,10 @@ class EchoPath:
             collections.deque(maxlen=int(REHEARSE_S * BUS_RATE) // BLOCK)
         self.rehearsed = False
         self.tried = 0   # the loudspeaker's stop (playing_until_ns) last rehearsed after
+        self.anchored = False   # the echo was found by its sound: the stamps only for jumps
+        self.found_by = 0   # samples the reference moved from the stamps' place to find it
+        self.learning_from_ms = 0   # playing (echo_playing_ms) since the echo was last found
+        self.found_in_hold = False   # what is held now was aligned before it was found
 
     # -- the reference ----------------------------------------------------------------------
     def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
@@ -340,6 +380,7 @@ class EchoPath:
         if player != self.player:
             self.player, self.ref_end, self.distance = player, None, None
             self.taken_until = None
+            self.anchored, self.found_by = False, 0
             self.line.reset()
         self.line.stamp(*clock)
         pcm = np.asarray(pcm, np.float32)[-len(self.ring):]
@@ -379,8 +420,9 @@ class EchoPath:
             self.off.append(want - self.distance)
             self.checked += 1
             # once converged the stamps are looked at once a second (`_realign`)
+            settled = self.converged or self.anchored
             if len(self.off) == self.off.maxlen and \
-                    (not self.converged or not self.checked % DRIFT_FRAMES):
+                    (not settled or not self.checked % DRIFT_FRAMES):
                 self._realign(float(np.median(self.off)))
             start = self.mic_pos + self.distance
             ref = self.reference(start, n)
@@ -403,7 +445,7 @@ class EchoPath:
         room's tail cut): then, moved more than FOLLOW_MS from where it was learnt, the
         reference follows it back there (the filter learns it once more).
         """
-        if not self.converged:
+        if not self.converged and not self.anchored:
             if abs(drift) > REALIGN_MS * BUS_RATE / 1000:
                 self._move(drift, "the loudspeaker's reference and the microphone drifted "
                                   f"{drift * 1000 / BUS_RATE:.1f} ms apart")
@@ -411,7 +453,10 @@ class EchoPath:
         last, self.last_drift = self.last_drift, drift
         if last is not None and abs(drift - last) > JUMP_MS * BUS_RATE / 1000:
             jump = (drift - last) * 1000 / BUS_RATE
-            self._move(drift, f"the loudspeaker's reference jumped {jump:.1f} ms")
+            self._move(drift - last if self.anchored else drift,
+                       f"the loudspeaker's reference jumped {jump:.1f} ms")
+            return
+        if not self.converged:
             return
         delay = self.delay_ms()
         if delay is None or self.checked < self.follow_from:
@@ -419,12 +464,36 @@ class EchoPath:
         if self.learnt_delay is None:
             self.learnt_delay = delay
         moved = delay - self.learnt_delay
-        peak = delay + LEAD_MS   # where in the filter
+        peak = delay + LEAD_MS + self.found_by * 1000 / BUS_RATE   # where in the filter
         inside = LEAD_MS / 2 <= peak <= self.engine.filter_ms / 2
         if not inside and abs(moved) > FOLLOW_MS:
             self._move(-moved * BUS_RATE / 1000, f"the echo moved {moved:.1f} ms")
             self.counters["echo_followed"] += 1
             self.follow_from = self.checked + FOLLOW_AFTER_FRAMES
+
+    def _find(self) -> bool:
+        """Whether the echo was found where the filter cannot reach it, in what was held.
+
+        If so the reference moves to put it LEAD_MS after it (once per hold: what is held
+        was aligned the old way).
+        """
+        if self.found_in_hold or not self.held:
+            return False
+        lag = find_echo(np.concatenate([m for m, _r, _o, _e in self.held]),
+                        np.concatenate([r for _m, r, _o, _e in self.held]))
+        if lag is None:
+            return False
+        lag_ms = lag * 1000 / BUS_RATE
+        if LEAD_MS / 2 <= lag_ms <= self.engine.filter_ms / 2:
+            return False
+        by = round(LEAD_MS * BUS_RATE / 1000 - lag)
+        self._move(by, f"the echo came {lag_ms:.0f} ms after its reference, out of the "
+                       "filter's reach")
+        self.found_by += by
+        self.anchored = self.found_in_hold = True
+        self.learning_from_ms = self.counters["echo_playing_ms"]
+        self.counters["echo_found"] += 1
+        return True
 
     def _move(self, by: float, why: str) -> None:
         log.info("capture: %s: realigned (the echo canceller relearns the delay)", why)
@@ -576,6 +645,7 @@ class EchoPath:
         if _learnt(mic, ref, out):
             self._latch()
             return self._released(out)
+        self._find()
         return self._silenced()
 
     def _silenced(self) -> np.ndarray:
@@ -598,13 +668,15 @@ class EchoPath:
             np.split(out, len(self.held))
         self.recent.extend((m, r, o) for (m, r, _o, _e), o in zip(self.held, made, strict=True))
         self.held = []
+        self.found_in_hold = False
 
     def _converging(self, mic_energy: float, out_energy: float) -> None:
         """Latch `converged` once a window of playing has lost CONVERGED_DB (or time is up)."""
         if self.converged:
             return
-        if self.counters["echo_playing_ms"] >= CONVERGED_PLAYING_MS:
-            self._latch()
+        if self.counters["echo_playing_ms"] - self.learning_from_ms >= CONVERGED_PLAYING_MS:
+            if not self._find():   # found elsewhere: it learns there first
+                self._latch()
             return
         self.window[0] += mic_energy
         self.window[1] += out_energy
@@ -629,11 +701,14 @@ class EchoPath:
         return 10 * float(np.log10(max(self.mic_energy, 1e-20) / max(self.out_energy, 1e-20)))
 
     def delay_ms(self) -> float | None:
-        """The echo's delay after the reference's stamps: the learnt echo path's peak."""
+        """The echo's delay after the reference's stamps: the learnt echo path's peak.
+
+        (Where the echo was found by its sound, after where the stamps put the reference.)
+        """
         taps = self.engine.impulse_response()
         if taps is None or not len(taps) or not np.any(taps):
             return None
-        return float(np.argmax(np.abs(taps))) * 1000 / BUS_RATE - LEAD_MS
+        return (float(np.argmax(np.abs(taps))) - self.found_by) * 1000 / BUS_RATE - LEAD_MS
 
     def state(self) -> dict[str, float]:
         """For the heartbeat: converged (1/0), delay_ms, removed_db, playing_s."""
