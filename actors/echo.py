@@ -7,8 +7,10 @@ output (silence the device played included), published in pieces ahead of being 
 fitted DAC times, actors.sampleclock). Capture's side (`EchoPath`): the reference is kept by
 position; each microphone sample takes the reference sample at a fixed distance from it,
 found once from the two streams' wall times (both fitted lines, on one host one clock) and
-changed only when the two drift more than `REALIGN_MS` apart, or when the echo itself
-slipped a few samples against the filter's prediction of it (`SlipWatch`). A linear canceller
+changed only when the two drift more than `REALIGN_MS` apart, when the echo itself
+slipped a few samples against the filter's prediction of it (`SlipWatch`), or, where the
+filter has not learnt the room, when the echo is found by its sound out of the filter's
+reach (`find_echo`: a player's stamps can put the reference after its echo). A linear canceller
 (actors.engines.echo) needs exactly that: the reference a whole number of samples from the
 echo, the same number from one frame to the next. (Cut by each frame's and each piece's own
 wall time instead, the reference jittered by a sample or two against the echo, and live the
