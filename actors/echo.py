@@ -365,7 +365,6 @@ class EchoPath:
             collections.deque(maxlen=int(REHEARSE_S * BUS_RATE) // BLOCK)
         self.rehearsed = False
         self.tried = 0   # the loudspeaker's stop (playing_until_ns) last rehearsed after
-        self.anchored = False   # the echo was found by its sound: the stamps only for jumps
         self.found_by = 0   # samples the reference moved from the stamps' place to find it
         self.learning_from_ms = 0   # playing (echo_playing_ms) since the echo was last found
         self.found_in_hold = False   # what is held now was aligned before it was found
@@ -382,7 +381,7 @@ class EchoPath:
         if player != self.player:
             self.player, self.ref_end, self.distance = player, None, None
             self.taken_until = None
-            self.anchored, self.found_by = False, 0
+            self.found_by = 0
             self.line.reset()
         self.line.stamp(*clock)
         pcm = np.asarray(pcm, np.float32)[-len(self.ring):]
@@ -473,6 +472,11 @@ class EchoPath:
             self.counters["echo_followed"] += 1
             self.follow_from = self.checked + FOLLOW_AFTER_FRAMES
 
+    @property
+    def anchored(self) -> bool:
+        """The echo was found by its sound: from then on the stamps move it only by jumps."""
+        return self.found_by != 0
+
     def _find(self) -> bool:
         """Whether the echo was found where the filter cannot reach it, in what was held.
 
@@ -492,7 +496,7 @@ class EchoPath:
         self._move(by, f"the echo came {lag_ms:.0f} ms after its reference, out of the "
                        "filter's reach")
         self.found_by += by
-        self.anchored = self.found_in_hold = True
+        self.found_in_hold = True
         self.learning_from_ms = self.counters["echo_playing_ms"]
         self.counters["echo_found"] += 1
         return True
