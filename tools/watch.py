@@ -82,8 +82,7 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                     said[msg.utt] = msg.text
                     while len(said) > 256:   # a player that is down says nothing
                         said.pop(next(iter(said)))
-                    print(side_by_side(printable(msg.source_text), printable(msg.text), width),
-                          file=out, flush=True)
+                    # The file first: a reader who saw the line on screen finds it there.
                     rolling.write(json.dumps({
                         "utt": msg.utt, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                         "src_lang": msg.src_lang, "source_text": msg.source_text,
@@ -91,6 +90,8 @@ def watch(topology: Topology, transcript_path: Path, duration_s: float | None = 
                         "media_start_s": round(msg.media_start_s, 3),
                         "media_end_s": round(msg.media_end_s, 3)}, ensure_ascii=False) + "\n")
                     rolling.flush()
+                    print(side_by_side(printable(msg.source_text), printable(msg.text), width),
+                          file=out, flush=True)
     except KeyboardInterrupt:
         pass
     finally:

@@ -73,8 +73,23 @@ def test_watch_prints_source_and_translation_and_keeps_a_rolling_file(topology_p
     mt = start_actor(topology_path, "mt")
     bus = FakeUpstream(topology, "asr", "mt")
     assert bus.receive(Status, 120, lambda s: s.state == "ready"), "mt never ready"
-    screen = io.StringIO()
     rolling = short_tmp / "live.jsonl"
+
+    class Screen(io.StringIO):
+        """The console; notes how many lines the rolling file had as each line was shown
+        (a reader who saw a translation on screen finds it in the file: CI read it empty)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.filed: list[int] = []
+
+        def write(self, text: str) -> int:
+            if "| " in text:
+                self.filed.append(len(rolling.read_text().splitlines())
+                                  if rolling.exists() else 0)
+            return super().write(text)
+
+    screen = Screen()
     viewer = threading.Thread(target=watch, args=(topology, rolling, 30.0, screen))
     viewer.start()
 
@@ -93,6 +108,8 @@ def test_watch_prints_source_and_translation_and_keeps_a_rolling_file(topology_p
             got = bus.receive(Translation, 1.0) or got
         assert got is not None, "mt translated nothing"
         assert shown(), screen.getvalue()
+        assert screen.filed and all(n >= i + 1 for i, n in enumerate(screen.filed)), \
+            screen.filed
         rows = [json.loads(line) for line in rolling.read_text().splitlines()]
         assert rows and rows[0]["source_text"] == "Good morning." and rows[0]["tgt_lang"] == "pt"
     finally:
