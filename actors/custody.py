@@ -39,6 +39,12 @@ OUTBOX_UTTERANCES = 64
 SEEN_INPUTS = 4096
 #: How long after it is ready a (re)started stage waits for its upstream to send again.
 REJOIN_WINDOW_S = 5.0
+#: ... and at most how long while the upstream's heartbeat says it is in a model call (it
+#: reads our heartbeat, and sends again, once the call is over: an asr behind the speaker
+#: takes its queued segments first).
+REJOIN_BUSY_MAX_S = 30.0
+#: A heartbeat older than this says nothing about whether its sender is busy now.
+BUSY_HEARD_S = 2.0
 #: Utterances a heartbeat lists as held (the oldest): what a missed Done leaves behind is the
 #: oldest held, so it is always asked about.
 HOLDING_LISTED = 16
@@ -167,7 +173,11 @@ class Rejoin:
     after we first heard it (its `echo_sent` for us says so): its resend has then gone out,
     and the held messages are taken in the order of their last copy (a message sent live and
     again counts where it was sent again). A sender that never gets there (a replay, a
-    test's stand-in) is released when the window ends: nothing is ever dropped here.
+    test's stand-in) is released when the window ends: nothing is ever dropped here. One
+    whose heartbeat says it is in a model call (`busy_s`) has not read ours yet: it is
+    waited for past the window, up to `busy_max_s` (an asr behind the speaker after a
+    minute-long cut sent again only once its queued segments were done; its live utterances
+    were taken first and journalled before the resent ones, CI 2026-12-07).
 
     An actor upstream of us (`upstreams`) is held from the first message, even before its
     first heartbeat reaches us: a player killed while tts sent two pieces took the second,
@@ -176,8 +186,11 @@ class Rejoin:
     """
 
     def __init__(self, me: str, window_s: float = REJOIN_WINDOW_S,
-                 upstreams: frozenset[str] = frozenset()) -> None:
+                 upstreams: frozenset[str] = frozenset(),
+                 busy_max_s: float = REJOIN_BUSY_MAX_S) -> None:
         self.me, self.window_s, self.upstreams = me, window_s, upstreams
+        self.busy_max_s = busy_max_s
+        self.busy: dict[str, float] = {}        # sender -> when its heartbeat said busy
         self.until: float | None = None         # set when the stage is ready
         self.heard_ns: dict[str, int] = {}      # sender -> when we first heard it (our ns)
         self.caught_up: set[str] = set()        # senders that have sent us their resend
@@ -215,9 +228,20 @@ class Rejoin:
     def _open(self, src: str, now: float) -> bool:
         return self.holding(now) or now < self.sender_until.get(src, 0.0)
 
+    def _waiting(self, src: str, now: float) -> bool:
+        """Whether `src`'s resend is still waited for.
+
+        Its window, or past it while its heartbeat says it is in a model call (up to
+        `busy_max_s` after the window opened).
+        """
+        if self._open(src, now):
+            return True
+        return now - self.busy.get(src, -BUSY_HEARD_S) < BUSY_HEARD_S and \
+            self._open(src, now - self.busy_max_s + self.window_s)
+
     def hold(self, msg: Message, now: float) -> bool:
         """Hold `msg` (True) when it comes from an upstream that has not caught us up yet."""
-        if is_draft(msg) or not self._open(msg.src, now):
+        if is_draft(msg) or not self._waiting(msg.src, now):
             return False
         if msg.src in self.caught_up or \
                 (msg.src not in self.heard_ns and msg.src not in self.upstreams):
@@ -225,14 +249,20 @@ class Rejoin:
         self.held.setdefault(msg.src, []).append(msg)
         return True
 
-    def status(self, status: Status, now_ns: int) -> list[Message]:
+    def status(self, status: Status, now_ns: int, now: float | None = None) -> list[Message]:
         """A sender's heartbeat: what to take now that it has caught us up, if anything.
 
         Every heartbeat of ours sent after we first heard a sender tells it we hear it; once
-        it has had one (`echo_sent`), it has sent again all it holds for us.
+        it has had one (`echo_sent`), it has sent again all it holds for us. `now`
+        (monotonic): when it came, to wait past the window for a sender in a model call.
         """
         if self.until is None:
             return []
+        if now is not None:
+            if status.busy_s > 0:
+                self.busy[status.src] = now
+            else:
+                self.busy.pop(status.src, None)
         # +50 ms: a heartbeat built just before we heard the sender is stamped a moment later
         since = self.heard_ns.setdefault(status.src, now_ns + 50_000_000)
         if status.src in self.caught_up or status.echo_sent.get(self.me, 0) < since:
@@ -250,7 +280,7 @@ class Rejoin:
         after the window, the resend is not held, so it goes first.
         """
         def due(src: str) -> bool:
-            if self._open(src, now):
+            if self._waiting(src, now):
                 return False
             return not pending or not self._open(src, now - self.window_s)
 

@@ -47,6 +47,8 @@ log = logging.getLogger("voxweft")
 #: seq (garbage on the socket), counted once as a `seq_jump`: counted as loss, two frames
 #: could push the gap counter past what a heartbeat can carry.
 MAX_GAP = 100_000
+#: How long one socket's messages are taken in a row before the others get their turn.
+RECEIVE_SLICE_S = 0.05
 
 
 class Traffic:
@@ -163,7 +165,14 @@ class Traffic:
         self.last_seq[key] = msg.seq
 
     def _receive(self, sock: zmq.Socket) -> None:
-        for _ in range(256):   # bounded: a flood on one socket must not starve tick()
+        # Bounded: a flood on one socket must not starve tick(), nor work on one socket the
+        # others: after a model call the poll loop turns to them (an asr with segments queued
+        # read mt's heartbeat, and sent again what mt had lost in a cut, only once it had
+        # transcribed them all).
+        started = time.monotonic()
+        for _ in range(256):
+            if time.monotonic() - started > RECEIVE_SLICE_S:
+                return
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
@@ -196,7 +205,7 @@ class Traffic:
                 if msg.src == self.actor.downstream and self.resync.check(msg):
                     self._send_again(msg)
                 self._call(self.actor.handle, msg)
-                for held in self.rejoin.status(msg, now_ns()):
+                for held in self.rejoin.status(msg, now_ns(), time.monotonic()):
                     self._take(held)
                 continue
             if isinstance(msg, CUSTODY_TYPES) and self.rejoin.hold(msg, time.monotonic()):

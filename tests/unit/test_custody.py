@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import zmq
@@ -226,3 +227,81 @@ def test_a_window_that_closes_while_our_own_queue_holds_messages_waits_for_them(
     late.ready(now=0.0)
     assert late.hold(_from_mt("u5"), now=1.0)
     assert [m.utt for m in late.expired(now=10.0, pending=True)] == ["u5"]   # bounded
+
+
+def _from_asr(utt):
+    return Transcript(src="asr", utt=utt, text=utt)
+
+
+def test_a_sender_in_a_model_call_is_waited_for_past_the_window():
+    # A 60 s cut: asr, behind the speaker, sent u14.. live once the link was back and sent
+    # u1..u13 again only after the segments queued before mt's heartbeat; mt's window had
+    # closed and u14.. were taken first (CI: the journal had 0, 14..23, 1..13). asr's
+    # heartbeat says it is in a model call (busy_s): it has not read ours yet.
+    def cut(busy_s: float) -> Rejoin:
+        rejoin = Rejoin("mt", window_s=5.0, upstreams=frozenset({"asr"}), busy_max_s=30.0)
+        rejoin.ready(now=0.0)
+        rejoin.status(Status(src="asr", echo_sent={"mt": 10**9}), now_ns=10, now=1.0)
+        rejoin.link_lost("asr")
+        rejoin.restarted("asr", now=100.0)   # heard again after the cut
+        assert rejoin.hold(_from_asr("u14"), now=100.1)
+        assert rejoin.status(Status(src="asr", busy_s=busy_s, echo_sent={"mt": 5}),
+                             now_ns=20, now=100.2) == []
+        return rejoin
+
+    busy = cut(busy_s=3.0)
+    for t in (104.0, 106.0, 108.0):   # its heartbeats go on saying it is in a call
+        assert busy.status(Status(src="asr", busy_s=t - 100, echo_sent={"mt": 5}),
+                           now_ns=30, now=t) == []
+        assert busy.expired(now=t + 1.0) == []
+    assert busy.hold(_from_asr("u15"), now=109.0)
+    again = [_from_asr(f"u{i}") for i in range(1, 16)]
+    assert all(busy.hold(m, now=109.5) for m in again)
+    taken = busy.status(Status(src="asr", echo_sent={"mt": 20 + 60_000_000}),
+                        now_ns=40, now=110.0)
+    assert [m.utt for m in taken] == [f"u{i}" for i in range(1, 16)]   # in order
+    # A sender that stays in a call is not waited for forever: busy_max_s after the break.
+    stuck = cut(busy_s=1.0)
+    for t in range(101, 131):
+        stuck.status(Status(src="asr", busy_s=float(t), echo_sent={"mt": 5}), now_ns=t, now=t)
+        if t < 130:
+            assert stuck.expired(now=t + 0.5) == []
+    assert [m.utt for m in stuck.expired(now=130.1)] == ["u14"]
+    # Without a heartbeat that says so (idle, or none for BUSY_HEARD_S), the window as before.
+    idle = cut(busy_s=0.0)
+    assert [m.utt for m in idle.expired(now=105.0)] == ["u14"]
+    quiet = cut(busy_s=2.0)
+    assert [m.utt for m in quiet.expired(now=105.0)] == ["u14"]   # last heard 100.2
+
+
+class _SlowMt(_Mt):
+    def handle(self, msg):
+        if isinstance(msg, Transcript):
+            time.sleep(0.2)   # a model call
+        yield from super().handle(msg)
+
+
+def test_after_a_model_call_the_other_sockets_get_their_turn():
+    # asr with segments queued read mt's heartbeat (and sent again what mt had lost in a
+    # cut) only once it had transcribed them all. One socket's turn ends after a model call.
+    rt = Runtime(_SlowMt(SimpleNamespace(actors={}), SimpleNamespace(host="")))
+    inbound, feed = rt.ctx.socket(zmq.PULL), rt.ctx.socket(zmq.PUSH)
+    inbound.bind("inproc://slow")
+    feed.connect("inproc://slow")
+    rt.out = rt.ctx.socket(zmq.PUSH)
+    rt.out.connect("inproc://nowhere")
+    try:
+        for seq in range(1, 5):
+            feed.send_multipart(encode(stamp(Transcript(utt=f"u{seq}", text="x"),
+                                             src="asr", epoch=1, seq=seq)))
+        assert inbound.poll(1000)
+        time.sleep(0.1)   # all four queued
+        rt._receive(inbound)
+        assert rt.actor.counters["rx"] == 1 and inbound.poll(0)
+        while inbound.poll(100):
+            rt._receive(inbound)
+        assert rt.actor.counters["rx"] == 4   # the rest on later turns, none lost
+    finally:
+        for sock in (inbound, feed, rt.out):
+            sock.close(0)
+        rt.ctx.term()
