@@ -47,8 +47,8 @@ log = logging.getLogger("voxweft")
 #: seq (garbage on the socket), counted once as a `seq_jump`: counted as loss, two frames
 #: could push the gap counter past what a heartbeat can carry.
 MAX_GAP = 100_000
-#: How long one socket's messages are taken in a row before the others get their turn.
-RECEIVE_SLICE_S = 0.05
+#: A message whose handling took this long (a model call) ends its socket's turn.
+LONG_CALL_S = 0.05
 
 
 class Traffic:
@@ -165,53 +165,58 @@ class Traffic:
         self.last_seq[key] = msg.seq
 
     def _receive(self, sock: zmq.Socket) -> None:
-        # Bounded: a flood on one socket must not starve tick(), nor work on one socket the
-        # others: after a model call the poll loop turns to them (an asr with segments queued
-        # read mt's heartbeat, and sent again what mt had lost in a cut, only once it had
-        # transcribed them all).
-        started = time.monotonic()
+        # Bounded: a flood on one socket must not starve tick(), nor a model call the other
+        # sockets: after a message that took long the poll loop turns to them (an asr with
+        # segments queued read mt's heartbeat, and sent again what mt had lost in a cut, only
+        # once it had transcribed them all). Cheap messages go on being taken in a row
+        # (capture takes all the reference that came before it cancels the microphone).
         for _ in range(256):
-            if time.monotonic() - started > RECEIVE_SLICE_S:
+            started = time.monotonic()
+            if not self._receive_one(sock) or time.monotonic() - started > LONG_CALL_S:
                 return
-            try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            self.actor.recv_ns = now_ns()
-            try:
-                msg = decode(frames)
-            except ProtocolError as exc:
-                self.actor.counters[f"bad_{exc.kind}"] += 1
-                n = sum(v for k, v in self.actor.counters.items() if k.startswith("bad_"))
-                if n <= 5 or n % 100 == 0:
-                    log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
-                continue
-            peer = self.socket_peer.get(sock)
-            if peer is not None and msg.src != peer:   # forged, or a wiring error: not used
-                self.actor.counters["bad_src"] += 1
-                if self.actor.counters["bad_src"] in (1, 10, 100) or \
-                        self.actor.counters["bad_src"] % 1000 == 0:
-                    log.warning("%s: dropped a %s that says it is from %r on %s's socket (#%d)",
-                                self.actor.name, msg.TYPE, msg.src, peer,
-                                self.actor.counters["bad_src"])
-                continue
-            self._note(msg)
-            msg = self._in_our_clock(msg)
-            if isinstance(msg, Done):
-                self.outbox.release(msg.utt)
-                self.finished.add(msg.utt)
-                continue
-            if isinstance(msg, Status):
-                if msg.src == self.actor.downstream and self.resync.check(msg):
-                    self._send_again(msg)
-                self._call(self.actor.handle, msg)
-                for held in self.rejoin.status(msg, now_ns(), time.monotonic()):
-                    self._take(held)
-                continue
-            if isinstance(msg, CUSTODY_TYPES) and self.rejoin.hold(msg, time.monotonic()):
-                self.actor.counters["held_at_rejoin"] += 1
-                continue
-            self._take(msg)
+
+    def _receive_one(self, sock: zmq.Socket) -> bool:
+        """Take one message from `sock`: False when there was none."""
+        try:
+            frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        self.actor.recv_ns = now_ns()
+        try:
+            msg = decode(frames)
+        except ProtocolError as exc:
+            self.actor.counters[f"bad_{exc.kind}"] += 1
+            n = sum(v for k, v in self.actor.counters.items() if k.startswith("bad_"))
+            if n <= 5 or n % 100 == 0:
+                log.warning("%s: dropped bad message #%d (%s)", self.actor.name, n, exc)
+            return True
+        peer = self.socket_peer.get(sock)
+        if peer is not None and msg.src != peer:   # forged, or a wiring error: not used
+            self.actor.counters["bad_src"] += 1
+            if self.actor.counters["bad_src"] in (1, 10, 100) or \
+                    self.actor.counters["bad_src"] % 1000 == 0:
+                log.warning("%s: dropped a %s that says it is from %r on %s's socket (#%d)",
+                            self.actor.name, msg.TYPE, msg.src, peer,
+                            self.actor.counters["bad_src"])
+            return True
+        self._note(msg)
+        msg = self._in_our_clock(msg)
+        if isinstance(msg, Done):
+            self.outbox.release(msg.utt)
+            self.finished.add(msg.utt)
+            return True
+        if isinstance(msg, Status):
+            if msg.src == self.actor.downstream and self.resync.check(msg):
+                self._send_again(msg)
+            self._call(self.actor.handle, msg)
+            for held in self.rejoin.status(msg, now_ns(), time.monotonic()):
+                self._take(held)
+            return True
+        if isinstance(msg, CUSTODY_TYPES) and self.rejoin.hold(msg, time.monotonic()):
+            self.actor.counters["held_at_rejoin"] += 1
+            return True
+        self._take(msg)
+        return True
 
     def _take(self, msg: Message) -> None:
         """Handle one input (not a heartbeat): at most once on the utterance path."""
