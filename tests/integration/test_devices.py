@@ -550,7 +550,10 @@ def test_the_start_sound_teaches_capture_the_room_before_anyone_talks(pulse, sho
         assert sweeps in (1, 2), player.counters
         assert 0 < capture.counters["echo_converged_after_ms"] <= 1000 * sweeps, {
             k: v for k, v in capture.counters.items() if k.startswith("echo")}
-        assert abs(capture.echo["delay_ms"]) < 20, capture.echo
+        # (CI once: 341.6 ms, converged on one sweep: the stamps, not the room; the logs
+        # and the player's counters say more the next time)
+        assert abs(capture.echo["delay_ms"]) < 20, (capture.echo, player.counters,
+                                                     logs[0][-3000:], logs[1][-2000:])
         assert "the start sound" in logs[0]
     else:
         assert capture.echo == {"converged": 0.0, "removed_db": 0.0, "playing_s": 0.0,
