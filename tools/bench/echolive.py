@@ -41,7 +41,7 @@ from voxweft.protocol import bus as wire
 from voxweft.protocol.messages import BUS_RATE, AudioFrame, Status, Transcript, VadEvent
 from voxweft.tools.bench import echo as offline
 from voxweft.tools.bench import room
-from voxweft.tools.bench.soundserver import DEVICE, INSTALL, PulseDaemon, missing
+from voxweft.tools.bench.soundserver import DEVICE, INSTALL, PulseDaemon, missing, realtime
 from voxweft.tools.interpret import file_topology
 
 #: (name, echo_mode, room: (delay ms, RT60 s, echo level dB against the speaker) or None).
@@ -110,6 +110,7 @@ class Relay:
                      "--format=float32le", f"--rate={BUS_RATE}", "--channels=1",
                      "--latency-msec=20"], env=self.env, stdout=out,
                     stderr=subprocess.DEVNULL, start_new_session=True), raw))
+            realtime(self.recorders[-1][0].pid)   # a slow one drops samples
 
     def talk(self) -> None:
         """The speaker starts talking (SPEECH, in the relay's own stream)."""

@@ -20,7 +20,6 @@ input closes or it is terminated; it says on standard error how many blocks came
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -28,6 +27,7 @@ import threading
 import numpy as np
 
 from voxweft.protocol.messages import BUS_RATE
+from voxweft.tools.bench import soundserver
 
 #: Blocks of 20 ms at the bus rate.
 BLOCK = BUS_RATE // 50
@@ -64,10 +64,9 @@ def realtime() -> None:
     on in some runs, a move no room makes (docs/echo.md). Without the right (not root, no
     RLIMIT_RTPRIO) it says so and runs as it is.
     """
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
-    except (AttributeError, OSError) as exc:
-        print(f"relay: not real-time ({exc}): a busy machine may move the echo",
+    why = soundserver.realtime(0, RT_PRIORITY)
+    if why:
+        print(f"relay: not real-time ({why}): a busy machine may move the echo",
               file=sys.stderr, flush=True)
 
 

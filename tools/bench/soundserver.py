@@ -25,6 +25,26 @@ DEVICE = "pulse"            # the ALSA PCM (libasound2-plugins) PortAudio lists
 INSTALL = "apt-get install pulseaudio pulseaudio-utils libasound2-plugins"
 
 
+#: SCHED_FIFO priority of the daemon's main thread (its clients' streams; its null sinks'
+#: timer threads set their own, RR 5) and of the recorders that stand in for hardware.
+RT_PRIORITY = 4
+
+
+def realtime(pid: int = 0, priority: int = RT_PRIORITY) -> str:
+    """Put `pid` (0: this thread) at real-time priority; "" or why not.
+
+    The daemon stands in for a sound card, whose clock does not wait for the CPU: beside two
+    CPU hogs and the six actors on 2 cores its main thread (which moves every client's audio)
+    came late, and the bench's room relay with it (9 late blocks in one run, each moving the
+    room's echo for good: docs/development-log.md). Needs root or RLIMIT_RTPRIO.
+    """
+    try:
+        os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(priority))
+        return ""
+    except (AttributeError, OSError) as exc:
+        return str(exc)
+
+
 def missing() -> list[str]:
     """The PulseAudio programs this machine lacks (empty: it can run one)."""
     return [tool for tool in ("pulseaudio", "pacat") if shutil.which(tool) is None]
@@ -80,6 +100,7 @@ class PulseDaemon:
                 raise RuntimeError("pulseaudio did not start: "
                                    + (self.dir / "pulseaudio.log").read_text()[-2000:])
             time.sleep(0.02)
+        realtime(self.proc.pid)   # as it can; else a busy machine may delay its streams
         for name in self.sinks:
             self._start_keeper(name, deadline)
 
@@ -103,6 +124,7 @@ class PulseDaemon:
                  "--rate=8000", "--channels=1", "--latency-msec=10"],
                 env=self.env, stdout=sink_file, stderr=subprocess.DEVNULL,
                 start_new_session=True))
+        realtime(self.keepers[-1].pid)
         seen = 0
         while time.monotonic() < deadline:
             size = out.stat().st_size
