@@ -7,8 +7,10 @@ output (silence the device played included), published in pieces ahead of being 
 fitted DAC times, actors.sampleclock). Capture's side (`EchoPath`): the reference is kept by
 position; each microphone sample takes the reference sample at a fixed distance from it,
 found once from the two streams' wall times (both fitted lines, on one host one clock) and
-changed only when the two drift more than `REALIGN_MS` apart, or when the echo itself
-slipped a few samples against the filter's prediction of it (`SlipWatch`). A linear canceller
+changed only when the two drift more than `REALIGN_MS` apart, when the echo itself
+slipped a few samples against the filter's prediction of it (`SlipWatch`), or, where the
+filter has not learnt the room, when the echo is found by its sound out of the filter's
+reach (`find_echo`: a player's stamps can put the reference after its echo). A linear canceller
 (actors.engines.echo) needs exactly that: the reference a whole number of samples from the
 echo, the same number from one frame to the next. (Cut by each frame's and each piece's own
 wall time instead, the reference jittered by a sample or two against the echo, and live the
@@ -128,10 +130,35 @@ SLIP_EVERY = 10
 SLIP_DB = 3.0
 SLIP_RHO = 0.5
 SLIP_AGREE = 2
+#: ... or fits at least SLIP_CLEAR_RHO and SLIP_CLEAR_DB better than none, found once more
+#: in a row (three looks): the speaker talking over the loudspeaker lowers every fit
+#: (replayed, a +4 slip under double talk at an echo 10 dB under the speaker: 0.36-0.52 at
+#: +4, 0.02-0.07 at 0), and a poor prediction fits a wrong lag that well for two looks
+#: (replayed, a run without a slip: -3 at 0.53 and 0.43, 0 at 0.08 and 0.12).
+SLIP_CLEAR_RHO = 0.3
+SLIP_CLEAR_DB = 10.0
 #: ... and only after a look found the prediction in place: lag 0 fitting at least this well
-#: (at an echo 10 dB under the speaker, 0.25-0.5 when in place: the speaker is in the mic).
+#: (at an echo 10 dB under the speaker, 0.25-0.5 when in place: the speaker is in the mic),
+#: or after the filter went over single talk again (the rehearsal: it fits there by then).
+#: The looks agree when their lags are at most one sample apart (a slip of 3.5 samples is
+#: found at 3 and 4 in turn); the reference moves by the last.
 SLIP_FITTED = 0.2
 
+
+#: Where the filter has not learnt the room (a start sound not learnt, or the loudspeaker
+#: played CONVERGED_PLAYING_MS without a window losing CONVERGED_DB), the echo is looked
+#: for in what was held, by the reference's and the microphone's cross-spectrum whitened
+#: (GCC-PHAT) over FIND_MAX_MS either way: a peak FIND_CLEAR times any other (beyond
+#: FIND_GUARD_MS) where the filter cannot reach it (the echo before its reference, or past
+#: half the filter) moves the reference so that it comes LEAD_MS after it, and from then on
+#: the sound, not the stamps, says where it is (only their jumps move it). Live, the player's
+#: device ran dry four times while the actors loaded their models: its stamps then put the
+#: reference after the echo, no sweep was learnt, and after CONVERGED_PLAYING_MS capture
+#: called it converged with 0.1 dB removed: three lines of the loudspeaker interpreted after
+#: the speaker stopped (tests/unit/test_echo.py: stamps 200-400 ms late).
+FIND_MAX_MS = 1000
+FIND_CLEAR = 2.0
+FIND_GUARD_MS = 2.0
 
 #: The player's start sound (`StartSound`): a rising sweep, 100 Hz to 7.5 kHz on a log scale
 #: (as much energy in each octave as the voice's bands have: pink, every band of the filter
@@ -231,6 +258,27 @@ def _learnt(mic: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:
                        >= CONVERGED_DB))
 
 
+def find_echo(mic: np.ndarray, ref: np.ndarray) -> int | None:
+    """How many samples the echo of `ref` comes after it in `mic`, where that is clear.
+
+    GCC-PHAT over FIND_MAX_MS either way; None unless the peak is FIND_CLEAR times any
+    other lag beyond FIND_GUARD_MS of it.
+    """
+    reach = min(BUS_RATE * FIND_MAX_MS // 1000, len(mic) // 2)
+    guard = int(BUS_RATE * FIND_GUARD_MS // 1000)
+    if reach <= 2 * guard or not np.any(ref) or not np.any(mic):
+        return None
+    size = 1 << int(np.ceil(np.log2(len(mic) + len(ref))))
+    cross = np.fft.rfft(mic, size) * np.conj(np.fft.rfft(ref, size))
+    r = np.fft.irfft(cross / (np.abs(cross) + 1e-12), size)
+    lags = np.abs(np.concatenate([r[-reach:], r[:reach + 1]]))   # index i: lag i - reach
+    best = int(np.argmax(lags))
+    rest = np.concatenate([lags[:max(0, best - guard)], lags[best + guard + 1:]])
+    if not len(rest) or lags[best] < FIND_CLEAR * float(np.max(rest)):
+        return None
+    return best - reach
+
+
 class Reference:
     """The player's side: what it writes to its device, as one continuous 16 kHz stream.
 
@@ -317,6 +365,9 @@ class EchoPath:
             collections.deque(maxlen=int(REHEARSE_S * BUS_RATE) // BLOCK)
         self.rehearsed = False
         self.tried = 0   # the loudspeaker's stop (playing_until_ns) last rehearsed after
+        self.found_by = 0   # samples the reference moved from the stamps' place to find it
+        self.learning_from_ms = 0   # playing (echo_playing_ms) since the echo was last found
+        self.found_in_hold = False   # what is held now was aligned before it was found
 
     # -- the reference ----------------------------------------------------------------------
     def played(self, pos: int, pcm: np.ndarray, clock: tuple[int, int],
@@ -330,6 +381,7 @@ class EchoPath:
         if player != self.player:
             self.player, self.ref_end, self.distance = player, None, None
             self.taken_until = None
+            self.found_by = 0
             self.line.reset()
         self.line.stamp(*clock)
         pcm = np.asarray(pcm, np.float32)[-len(self.ring):]
@@ -369,8 +421,9 @@ class EchoPath:
             self.off.append(want - self.distance)
             self.checked += 1
             # once converged the stamps are looked at once a second (`_realign`)
+            settled = self.converged or self.anchored
             if len(self.off) == self.off.maxlen and \
-                    (not self.converged or not self.checked % DRIFT_FRAMES):
+                    (not settled or not self.checked % DRIFT_FRAMES):
                 self._realign(float(np.median(self.off)))
             start = self.mic_pos + self.distance
             ref = self.reference(start, n)
@@ -393,7 +446,7 @@ class EchoPath:
         room's tail cut): then, moved more than FOLLOW_MS from where it was learnt, the
         reference follows it back there (the filter learns it once more).
         """
-        if not self.converged:
+        if not self.converged and not self.anchored:
             if abs(drift) > REALIGN_MS * BUS_RATE / 1000:
                 self._move(drift, "the loudspeaker's reference and the microphone drifted "
                                   f"{drift * 1000 / BUS_RATE:.1f} ms apart")
@@ -401,7 +454,10 @@ class EchoPath:
         last, self.last_drift = self.last_drift, drift
         if last is not None and abs(drift - last) > JUMP_MS * BUS_RATE / 1000:
             jump = (drift - last) * 1000 / BUS_RATE
-            self._move(drift, f"the loudspeaker's reference jumped {jump:.1f} ms")
+            self._move(drift - last if self.anchored else drift,
+                       f"the loudspeaker's reference jumped {jump:.1f} ms")
+            return
+        if not self.converged:
             return
         delay = self.delay_ms()
         if delay is None or self.checked < self.follow_from:
@@ -409,12 +465,41 @@ class EchoPath:
         if self.learnt_delay is None:
             self.learnt_delay = delay
         moved = delay - self.learnt_delay
-        peak = delay + LEAD_MS   # where in the filter
+        peak = delay + LEAD_MS + self.found_by * 1000 / BUS_RATE   # where in the filter
         inside = LEAD_MS / 2 <= peak <= self.engine.filter_ms / 2
         if not inside and abs(moved) > FOLLOW_MS:
             self._move(-moved * BUS_RATE / 1000, f"the echo moved {moved:.1f} ms")
             self.counters["echo_followed"] += 1
             self.follow_from = self.checked + FOLLOW_AFTER_FRAMES
+
+    @property
+    def anchored(self) -> bool:
+        """The echo was found by its sound: from then on the stamps move it only by jumps."""
+        return self.found_by != 0
+
+    def _find(self) -> bool:
+        """Whether the echo was found where the filter cannot reach it, in what was held.
+
+        If so the reference moves to put it LEAD_MS after it (once per hold: what is held
+        was aligned the old way).
+        """
+        if self.found_in_hold or not self.held:
+            return False
+        lag = find_echo(np.concatenate([m for m, _r, _o, _e in self.held]),
+                        np.concatenate([r for _m, r, _o, _e in self.held]))
+        if lag is None:
+            return False
+        lag_ms = lag * 1000 / BUS_RATE
+        if LEAD_MS / 2 <= lag_ms <= self.engine.filter_ms / 2:
+            return False
+        by = round(LEAD_MS * BUS_RATE / 1000 - lag)
+        self._move(by, f"the echo came {lag_ms:.0f} ms after its reference, out of the "
+                       "filter's reach")
+        self.found_by += by
+        self.found_in_hold = True
+        self.learning_from_ms = self.counters["echo_playing_ms"]
+        self.counters["echo_found"] += 1
+        return True
 
     def _move(self, by: float, why: str) -> None:
         log.info("capture: %s: realigned (the echo canceller relearns the delay)", why)
@@ -522,6 +607,8 @@ class EchoPath:
         for _ in range(REHEARSE_PASSES):
             self.engine.process(mic, ref)
         self.rehearsed = True
+        if self.slips is not None:   # it fits in place now: a slip before the next look shows
+            self.slips.fitted = True
         self.counters["echo_rehearsed_ms"] += len(mic) * 1000 // BUS_RATE
         self.recent.clear()
 
@@ -564,6 +651,7 @@ class EchoPath:
         if _learnt(mic, ref, out):
             self._latch()
             return self._released(out)
+        self._find()
         return self._silenced()
 
     def _silenced(self) -> np.ndarray:
@@ -586,13 +674,15 @@ class EchoPath:
             np.split(out, len(self.held))
         self.recent.extend((m, r, o) for (m, r, _o, _e), o in zip(self.held, made, strict=True))
         self.held = []
+        self.found_in_hold = False
 
     def _converging(self, mic_energy: float, out_energy: float) -> None:
         """Latch `converged` once a window of playing has lost CONVERGED_DB (or time is up)."""
         if self.converged:
             return
-        if self.counters["echo_playing_ms"] >= CONVERGED_PLAYING_MS:
-            self._latch()
+        if self.counters["echo_playing_ms"] - self.learning_from_ms >= CONVERGED_PLAYING_MS:
+            if not self._find():   # found elsewhere: it learns there first
+                self._latch()
             return
         self.window[0] += mic_energy
         self.window[1] += out_energy
@@ -617,11 +707,14 @@ class EchoPath:
         return 10 * float(np.log10(max(self.mic_energy, 1e-20) / max(self.out_energy, 1e-20)))
 
     def delay_ms(self) -> float | None:
-        """The echo's delay after the reference's stamps: the learnt echo path's peak."""
+        """The echo's delay after the reference's stamps: the learnt echo path's peak.
+
+        (Where the echo was found by its sound, after where the stamps put the reference.)
+        """
         taps = self.engine.impulse_response()
         if taps is None or not len(taps) or not np.any(taps):
             return None
-        return float(np.argmax(np.abs(taps))) * 1000 / BUS_RATE - LEAD_MS
+        return (float(np.argmax(np.abs(taps))) - self.found_by) * 1000 / BUS_RATE - LEAD_MS
 
     def state(self) -> dict[str, float]:
         """For the heartbeat: converged (1/0), delay_ms, removed_db, playing_s."""
@@ -651,7 +744,7 @@ class SlipWatch:
         self.settle = settle
         self.added = 0
         self.fitted = False   # the last look found the prediction in place
-        self.found: list[int] = []   # the lags of the looks since, in a row
+        self.found: list[tuple[int, bool]] = []   # the looks since, in a row: lag, strict
 
     def add(self, mic: np.ndarray, predicted: np.ndarray, playing: bool) -> int:
         """One block: the microphone, the echo the filter predicted in it, whether it played.
@@ -669,14 +762,16 @@ class SlipWatch:
         if lag == 0:
             self.fitted, self.found = fit >= SLIP_FITTED, []
             return 0
-        if fit < SLIP_RHO or fit ** 2 < 10 ** (SLIP_DB / 10) * max(at_zero, 0) ** 2 or \
-                not self.fitted:   # not clearly elsewhere (half of it slipped, or the speaker)
+        better = fit ** 2 / at_zero ** 2 if at_zero > 0 else math.inf
+        strict = fit >= SLIP_RHO and better >= 10 ** (SLIP_DB / 10)
+        if not self.fitted or not strict and (  # not clearly elsewhere (half of it slipped,
+                fit < SLIP_CLEAR_RHO or better < 10 ** (SLIP_CLEAR_DB / 10)):   # the speaker)
             self.found = []
             return 0
-        if self.found and self.found[-1] != lag:
+        if self.found and abs(self.found[-1][0] - lag) > 1:
             self.found = []
-        self.found.append(lag)
-        if len(self.found) < SLIP_AGREE:
+        self.found.append((lag, strict))
+        if len(self.found) < SLIP_AGREE + (not all(s for _lag, s in self.found)):
             return 0
         self.blocks.clear()
         self.added = -self.settle   # the filter's history fills with the new alignment first
