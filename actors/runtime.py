@@ -56,6 +56,8 @@ LOAD_BACKOFF_S = (1.0, 3.0, 9.0)   # waits between load attempts in one process
 UNREACHABLE_S = 3.0
 
 log = logging.getLogger("voxweft")
+#: How often an actor looks whether the process that started it (supervisord) is still there.
+PARENT_POLL_S = 0.5
 #: A refused peer (ZAP or CURVE handshake) is logged at most this often, and counted always.
 REFUSED_LOG_S = 10.0
 REFUSALS = {
@@ -74,6 +76,24 @@ def permanent(exc: BaseException) -> bool:
     return isinstance(exc, (StartupError, ValueError, LookupError, ImportError,
                             FileNotFoundError, PermissionError, IsADirectoryError,
                             NotADirectoryError))
+
+
+def watch_parent(stop: threading.Event, name: str, poll_s: float = PARENT_POLL_S) -> None:
+    """SIGTERM to this process once the process that started it is gone (until `stop`).
+
+    supervisord stops its actors when it stops, but killed (SIGKILL, the OOM killer) or
+    crashed it cannot: its actors went on as orphans, holding their sockets, the microphone
+    and the loudspeaker, with nobody to stop them (issue 48). An orphan is given a new
+    parent, so a changed parent pid means the old one is gone. Polled, not prctl's
+    PDEATHSIG: the same on macOS, and a parent that died before the watch began is seen too.
+    """
+    parent = os.getppid()
+    while not stop.wait(poll_s):
+        if os.getppid() != parent:
+            log.warning("%s: the process that started it (pid %d, supervisord) is gone: "
+                        "stopping; start the run again (`voxweft up`)", name, parent)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
 
 class Runtime(Traffic):
@@ -180,6 +200,8 @@ class Runtime(Traffic):
         actor, topo = self.actor, self.actor.topology
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         threading.Thread(target=self._signal_thread, name="signals", daemon=True).start()
+        threading.Thread(target=watch_parent, args=(self.stop, actor.name), name="parent",
+                         daemon=True).start()
         try:   # beyond loopback the bus is CURVE: this host's keys, a ZAP handler
             self.curve = topo.curve(getattr(actor.config, "host", None))
         except ValueError as exc:
