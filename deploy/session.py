@@ -127,6 +127,10 @@ def run_session(topology: Topology, collector, topics: list[bytes], out_dir: Pat
         except SupervisorError as exc:
             print(f"voxweft: {exc}", file=sys.stderr)
         shutil.copytree(run_dir / "logs", out_dir / "logs", dirs_exist_ok=True)
+        kept = out_dir / "logs" / "supervisord.log"
+        if (run_dir / "supervisord.log").exists():   # a reason may name it: kept, and named
+            shutil.copy2(run_dir / "supervisord.log", kept)
+            reason = reason.replace(str(run_dir / "supervisord.log"), str(kept))
         shutil.rmtree(run_dir, ignore_errors=True)
         for signum, handler in original.items():
             signal.signal(signum, handler)

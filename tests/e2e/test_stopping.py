@@ -115,6 +115,37 @@ def test_sigkill_of_the_command_leaves_nothing_running(tmp_path, command):
     assert logs and "is gone: stopping the actors" in logs[0].read_text()
 
 
+def test_supervisord_killed_under_interpret_is_one_line_and_nothing_runs_on(tmp_path):
+    """supervisord SIGKILLed (the OOM killer, a user's kill -9): it can stop no actor. Before,
+    the actors ran on as orphans, and `interpret`'s one line named a log in the run folder it
+    had just removed (issue 48)."""
+    proc, out, run_root = _start(tmp_path, "interpret")
+    try:
+        _wait_for_a_translation(proc, run_root)
+        (supervisord,) = run_processes(str(run_root))["supervisord"]
+        os.kill(supervisord, signal.SIGKILL)
+        proc.wait(60)
+        t0 = time.monotonic()
+        while actor_pids(str(run_root)) and time.monotonic() - t0 < 15:
+            time.sleep(0.25)
+        left = run_processes(str(run_root))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in actor_pids(str(run_root)):   # what the test found is not left to the next
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+    stderr = proc.stderr.read()
+    assert proc.returncode == 1, stderr
+    assert "supervisord is gone" in stderr and "Traceback" not in stderr, stderr
+    assert not left, f"left running after supervisord was killed: {left}"
+    named = stderr.split("see ", 1)[1].split()[0].rstrip(".,;)")
+    assert named == str(out / "logs" / "supervisord.log") and os.path.getsize(named) > 0
+    latency = json.loads((out / "latency.json").read_text())
+    assert latency["partial"] is True
+    assert (out / "transcript.jsonl").read_text().strip()   # what was interpreted, kept
+
+
 def _tcp_listening(pids: list[int]) -> list[str]:
     """The TCP ports these processes listen on ("address:port")."""
     ports = []
