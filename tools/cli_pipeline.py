@@ -30,6 +30,7 @@ from voxweft.tools.cli_common import (
     running_supervisor,
     which_host,
 )
+from voxweft.tools.terminal import follow, shown
 
 
 def ephemeral_ports(topology, host: str, span: tuple[int, int] | None = None) -> list[str]:
@@ -191,8 +192,14 @@ def cmd_logs(args) -> int:
     """Show (or follow) an actor's log."""
     sup, _ = running_supervisor(args)
     path = sup.run_dir / "logs" / f"{args.actor}.log"
-    if args.follow:
-        os.execvp("tail", ["tail", "-n", str(args.lines), "-f", str(path)])
-    print(sup.log_tail(args.actor, args.lines))
+    if args.follow:   # not `tail -f`: what came on the bus reaches the terminal escaped
+        try:
+            follow(path, args.lines, lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            pass
+        except FileNotFoundError:
+            return die(f"logs: {path} does not exist (has {args.actor} started?)")
+        return 0
+    print(shown(sup.log_tail(args.actor, args.lines)))
     return 0
 

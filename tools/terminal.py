@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 
 def printable(value):
     """`value` with the characters a terminal obeys instead of showing written as escapes.
@@ -13,3 +16,38 @@ def printable(value):
     if not isinstance(value, str) or value.isprintable():
         return value
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in value)
+
+
+def shown(text: str) -> str:
+    """Each line of `text` printable: an actor's log holds what came on the bus (`logs`)."""
+    return "\n".join(printable(line) for line in text.splitlines())
+
+
+def follow(path, lines: int, write=print, poll_s: float = 0.2, stop=None) -> None:
+    """`tail -n LINES -f PATH`, each line printable, until Ctrl-C (or `stop`, an Event, is set).
+
+    A file that got shorter (supervisord rotated or truncated it) is read again from its
+    start; a line still being written waits for its end.
+    """
+    pos, rest = 0, b""
+    with open(path, "rb") as f:
+        data = f.read()
+        pos = len(data)
+    for line in data.decode(errors="replace").splitlines()[-lines:] if lines else []:
+        write(printable(line))
+    while stop is None or not stop.is_set():
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = 0
+        if size < pos:
+            pos, rest = 0, b""
+        if size > pos:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                data = f.read(size - pos)
+            pos += len(data)
+            *done, rest = (rest + data).split(b"\n")
+            for line in done:
+                write(printable(line.decode(errors="replace")))
+        time.sleep(poll_s)
