@@ -21,6 +21,7 @@ from tests.e2e.whole import (
     heard_whole,
     played_whole,
     running_topology,
+    spoken_as_translated,
     start_interpret,
 )
 from tests.unit.helpers import run_actor
@@ -111,6 +112,7 @@ def test_a_kill_between_the_pieces_of_a_sentence_loses_no_held_word(tmp_path):
 
     rows = heard_whole(out, placed)
     played_whole(out, [r["utt"] for r in rows])
+    spoken_as_translated(out)   # output.wav says each translation on its own span (issue 48)
     said = _said(out / "logs" / "mt.log")
     # interpret's record has every piece, the restarted mt's first ones too (it hears every
     # actor from its first message: deploy.session)
