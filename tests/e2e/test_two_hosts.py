@@ -19,16 +19,17 @@ import subprocess
 import sys
 import time
 import tomllib
+from pathlib import Path
 
 import pytest
 import tomli_w
 
 from tests import netns
-from tests.conftest import ROOT, VOXWEFT, corpus_clips, write_session
-from tests.e2e.whole import content_error, played_whole
+from tests.conftest import ROOT, VOXWEFT, corpus_clips, read_16k, write_session
+from tests.e2e.whole import CLIP_CER, by_clip, content_error, played_whole
 from voxweft.protocol import security
 from voxweft.protocol.codec import decode
-from voxweft.protocol.messages import PlaybackEvent, Status, trace_ns
+from voxweft.protocol.messages import PlaybackEvent, Status, Transcript, is_draft, trace_ns
 from voxweft.tools.latency import stage_times, utterance_latency
 from voxweft.tools.tap import read_recording
 
@@ -93,7 +94,12 @@ def _topology(tmp_path, lan, clips: int = 3, pause_s: float = 1.0, live: bool = 
         address = lan.address(host)
         raw["hosts"][host].update(address=address, bind=address, public_key=keys[host][2])
     session = tmp_path / "session.wav"
-    references = write_session(session, (corpus_clips() * 3)[:clips], pause_s)
+    said = (corpus_clips() * 3)[:clips]
+    references = write_session(session, said, pause_s)
+    placed, at = [], pause_s   # (media start, clip) of each, as write_session lays them out
+    for clip in said:
+        placed.append((at, clip))
+        at += len(read_16k(clip)) / 16000 + pause_s
     raw["actors"]["capture"].update(source="file", path=str(session))
     if live:   # the file goes on like a speaker would, whatever is in flight; what comes
         # too late to be worth hearing is not spoken (the default bound on the lag)
@@ -105,7 +111,7 @@ def _topology(tmp_path, lan, clips: int = 3, pause_s: float = 1.0, live: bool = 
         raw["actors"][actor]["threads"] = 1
     path = tmp_path / "two-hosts.toml"
     path.write_text(tomli_w.dumps(raw), encoding="utf-8")
-    return path, references, keys
+    return path, references, keys, placed
 
 
 def _rows(path) -> list[dict]:
@@ -219,7 +225,7 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
                  "FAKETIME_DONT_FAKE_MONOTONIC": "1",
                  "PYTHONPATH": os.pathsep.join(filter(None, [str(shim),
                                                             env.get("PYTHONPATH")]))}
-    topology, references, keys = _topology(tmp_path, lan)
+    topology, references, keys, placed = _topology(tmp_path, lan)
     # The tap with the Ultra's key, on the Ultra: it hears the M2's microphone across the LAN.
     with _hosts_up(tmp_path, lan, topology, env, ultra_env, tap_host="ultra") as ups:
         # Strangers on the Ultra's side: audio from capture, utterances from the segmenter.
@@ -253,7 +259,7 @@ def test_a_file_interpreted_across_two_hosts_with_curve(tmp_path, lan):
         rows = _rows(tmp_path / "tap.jsonl")
         assert _utts(rows, "transcript") == [d["utt"] for d in done]
         assert _utts(rows, "translation") == [d["utt"] for d in done]
-        _said_in_order(tmp_path, rows, references, [d["utt"] for d in done])
+        _said_in_order(tmp_path, rows, references, [d["utt"] for d in done], placed)
         played_whole(tmp_path, [d["utt"] for d in done])
         assert any(r["topic"].startswith("audio.capture") for r in rows)   # keyed, across
         laptop.kill()
@@ -321,7 +327,7 @@ def _first_after(messages, t_ns: int, test) -> float | None:
 @pytest.mark.parametrize("cut_s", [5])
 def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut_s):
     env = {**os.environ, "VOXWEFT_KEYS": str(tmp_path / "keys")}
-    topology, references, _keys = _topology(tmp_path, lan, clips=6, pause_s=3.0)
+    topology, references, _keys, placed = _topology(tmp_path, lan, clips=6, pause_s=3.0)
     with _hosts_up(tmp_path, lan, topology, env) as ups:
         _ready(ups)
         _wait_translation(tmp_path)
@@ -335,7 +341,7 @@ def test_a_cable_pulled_mid_session_loses_and_repeats_nothing(tmp_path, lan, cut
         played = [d["utt"] for d in done]
         # all, once, whole, in order, saying what was said: what was in flight during the cut
         # is sent again and waited for
-        _said_in_order(tmp_path, rows, references, played)
+        _said_in_order(tmp_path, rows, references, played, placed)
         played_whole(tmp_path, played)   # each one's words written once, in order, speech
         # (the tap is an observer: what was published during the cut it does not hear again)
     heard = _first_after(_messages(tmp_path), restored, lambda m: isinstance(m, Status) and
@@ -351,9 +357,10 @@ WHOLE_CER = 0.1
 
 
 def _said_in_order(tmp_path, rows: list[dict], references: list[str],
-                   played: list[str]) -> None:
+                   played: list[str], placed: list[tuple[float, Path]]) -> None:
     """Every transcript once in the output file's journal, in the order said, and the
-    transcripts in that order say the clips (content and order, not only a count)."""
+    transcripts in that order say the clips (content and order, not only a count): the
+    whole, and each clip on its own (a whole clip lost fits under the whole's WHOLE_CER)."""
     transcripts = _utts(rows, "transcript")
     assert played == transcripts, (played, transcripts)
     text: dict[str, str] = {}
@@ -363,6 +370,16 @@ def _said_in_order(tmp_path, rows: list[dict], references: list[str],
     said = " ".join(text[u] for u in transcripts)
     score = content_error(" ".join(references), said)
     assert score <= WHOLE_CER, (score, said)
+    finals: dict[str, dict] = {}
+    for _ns, _frames, msg in _messages(tmp_path):
+        if isinstance(msg, Transcript) and not is_draft(msg):
+            finals.setdefault(msg.utt, {"utt": msg.utt, "text": msg.text,
+                                        "media_start_s": msg.media_start_s,
+                                        "media_end_s": msg.media_end_s})
+    pieces_of = by_clip([finals[u] for u in transcripts], placed)
+    for pieces, reference in zip(pieces_of, references, strict=True):
+        heard = " ".join(p["text"] for p in pieces)
+        assert content_error(reference, heard) <= CLIP_CER, (reference, heard)
 
 
 def _wait_translation(tmp_path) -> None:
@@ -377,7 +394,8 @@ def test_a_minute_long_cut_in_a_live_session(tmp_path, lan):
     """The speaker goes on through a 60 s cut; afterwards every utterance is spoken once, or
     counted as too late to be worth hearing; status names whom it cannot reach meanwhile."""
     env = {**os.environ, "VOXWEFT_KEYS": str(tmp_path / "keys")}
-    topology, references, _keys = _topology(tmp_path, lan, clips=12, pause_s=2.0, live=True)
+    topology, references, _keys, placed = _topology(tmp_path, lan, clips=12, pause_s=2.0,
+                                                   live=True)
     with _hosts_up(tmp_path, lan, topology, env) as ups:
         _ready(ups)
         _wait_translation(tmp_path)
@@ -394,7 +412,7 @@ def test_a_minute_long_cut_in_a_live_session(tmp_path, lan):
     played = [d["utt"] for d in done]
     transcripts = _utts(rows, "transcript")
     # Nothing committed is lost, nothing is said twice, all in order, saying what was said ...
-    _said_in_order(tmp_path, rows, references, played)
+    _said_in_order(tmp_path, rows, references, played, placed)
     # ... and what was not spoken because it came too late is said and counted; the rest
     # was spoken whole.
     skipped = {r["utt"] for r in rows if r["topic"].startswith("playback.")
