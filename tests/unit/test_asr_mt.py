@@ -128,8 +128,8 @@ def test_asr_final_takes_the_draft_of_the_same_speech(whisper):
                                                ("y", True)]
     assert out[0].text == out[1].text and "surpassed" in out[1].text.lower()
     assert "surpassed" in out[3].text.lower() and out[2].text != out[3].text
-    taken = out[1].trace
-    assert (taken[-1][1] - taken[-2][1]) / 1e6 < 5   # no transcription: the draft's text
+    # no transcription for x's end: its draft's text, counted (not timed: a busy machine
+    # may preempt a copy for longer than a decode takes on a quiet one, issue 48)
     assert (actor.counters["drafts"], actor.counters["drafts_used"],
             actor.counters["drafts_wasted"]) == (2, 1, 1)
     assert actor.counters["draft_wasted_ms"] > 0

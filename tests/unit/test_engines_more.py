@@ -76,10 +76,9 @@ def test_apertium_translates_and_keeps_one_process(apertium):
     text = apertium.translate("The cat is in the garden.", "en", "es")
     assert "gato" in text.lower() and "jardín" in text.lower()
     pid = apertium.pids()[("en", "es")]
-    t0 = time.perf_counter()
     for n in ("two", "three", "four"):
         assert "semanas" in apertium.translate(f"The patient needs {n} weeks of rest.", "en", "es")
-    assert (time.perf_counter() - t0) / 3 < 0.1   # a live pipeline, not a start per sentence
+    # a live pipeline, not a start per sentence: the same process (not timed, issue 48)
     assert apertium.pids()[("en", "es")] == pid
     assert "cat" in apertium.translate("El gato está en el jardín.", "es", "en").lower()
 
