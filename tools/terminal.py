@@ -27,18 +27,15 @@ def follow(path, lines: int, write=print, poll_s: float = 0.2, stop=None) -> Non
     """`tail -n LINES -f PATH`, each line printable, until Ctrl-C (or `stop`, an Event, is set).
 
     A file that got shorter (supervisord rotated or truncated it) is read again from its
-    start; a line still being written waits for its end.
+    start; a line still being written waits for its end. FileNotFoundError if there is none.
     """
-    pos, rest = 0, b""
-    with open(path, "rb") as f:
-        data = f.read()
-        pos = len(data)
-    for line in data.decode(errors="replace").splitlines()[-lines:] if lines else []:
-        write(printable(line))
-    while stop is None or not stop.is_set():
+    pos, rest, first = 0, b"", True
+    while True:
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
+            if first:
+                raise
             size = 0
         if size < pos:
             pos, rest = 0, b""
@@ -48,6 +45,12 @@ def follow(path, lines: int, write=print, poll_s: float = 0.2, stop=None) -> Non
                 data = f.read(size - pos)
             pos += len(data)
             *done, rest = (rest + data).split(b"\n")
+            if first:   # what was there already: its last lines only
+                done = done[-lines:] if lines else []
             for line in done:
                 write(printable(line.decode(errors="replace")))
-        time.sleep(poll_s)
+        first = False
+        if stop is None:
+            time.sleep(poll_s)
+        elif stop.wait(poll_s):
+            return
