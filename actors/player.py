@@ -29,6 +29,7 @@ from voxweft.protocol.messages import (
     Status,
     now_ns,
     traced,
+    utt_before,
 )
 
 #: tts is taken for down when its heartbeat (2 Hz) has not been heard for this long.
@@ -117,6 +118,7 @@ class PlayerActor(Actor):
         # holder -> (monotonic heard, what its last heartbeat says it holds)
         self.holding: dict[str, tuple[float, list[str]]] = {}
         self.waited: set[str] = set()   # utterances held back for an earlier one (counted once)
+        self.started = time.monotonic()
         self.asked_again = 0.0       # when we last asked tts for what it holds (a file)
         self.reported: dict[str, int] = {}   # what `progress` says (made by tick)
         # What we play, for capture to cancel its echo (actors.echo): a device only.
@@ -397,24 +399,30 @@ class PlayerActor(Actor):
     def _head(self) -> Utterance | None:
         """The utterance to write next; None while an earlier one is still to come.
 
-        Reading a file, the send order tts lists (the utterances it holds, oldest first)
-        decides among those not started: a player restarted while tts was making the next
-        one got the later ones live and the one its predecessor died with only in tts's
-        resend, 10 s later (tts noticed the restart only between two syntheses), and wrote
-        utterance 2 before 1 (test_kills_close). An earlier one tts holds that is neither
-        here nor done is waited for (at most HELD_WAIT_S after the head's last chunk).
+        Reading a file, an utterance not started waits for the earlier ones a holder lists
+        (see `_earlier`): a player restarted while tts was making the next one got the later
+        ones live and the one its predecessor died with only in tts's resend, 10 s later (tts
+        noticed the restart only between two syntheses), and wrote utterance 2 before 1; in
+        CI a restarted player wrote 4 before 0-3, which tts had not made yet but the
+        segmenter still held (test_kills_close). An earlier one that is neither here nor done
+        is waited for (at most HELD_WAIT_S after the head's last chunk).
         """
         first = next(iter(self.queue.values()))
         if self.config.sink != "wav" or first.started_ns is not None:
             return first
-        heard, order = self.holding.get("tts", (0.0, []))
         now = time.monotonic()
-        if now - heard >= HOLDER_SILENT_S or first.utt not in order:
-            return first
-        earlier = order[:order.index(first.utt)]
-        here = [self.queue[utt] for utt in earlier if utt in self.queue]
+        if not self._heard_holders(now):
+            return None
+        seen = {first.utt}
+        while True:   # the earliest here: what comes before the one before it, and so on
+            earlier = self._earlier(first.utt, now)
+            here = [self.queue[utt] for utt in earlier if utt in self.queue]
+            if not here or here[0].utt in seen:
+                break
+            first = here[0]
+            seen.add(first.utt)
         if here:
-            return here[0]
+            return first
         if now - first.last_arrival < HELD_WAIT_S and \
                 any(utt not in self.done for utt in earlier):
             if first.utt not in self.waited:
@@ -424,6 +432,33 @@ class PlayerActor(Actor):
                 self._ask_tts_again(now)   # tts idles and has not sent it
             return None
         return first
+
+    def _heard_holders(self, now: float) -> bool:
+        """Whether we know what is still to come before what is here.
+
+        A player restarted in this session (its file goes on) knows it once each holder's
+        list has been heard (or HOLDER_SILENT_S has passed); in a new session nothing was
+        sent before us.
+        """
+        holders = [a for a in HOLDERS if a in self.topology.actors]
+        return not self.sink.resumed or \
+            now - self.started >= HOLDER_SILENT_S or all(a in self.holding for a in holders)
+
+    def _earlier(self, utt: str, now: float) -> list[str]:
+        """The utterances to write before `utt`, in the order to write them.
+
+        Those tts lists before it (its send order: oldest first), then those any holder
+        lists that came before it in the speech (`utt_before`: one segmenter's numbering),
+        oldest first. A holder counts while its heartbeat is recent.
+        """
+        lists = {src: utts for src, (heard, utts) in self.holding.items()
+                 if now - heard < HOLDER_SILENT_S}
+        order = lists.get("tts", [])
+        earlier = [u for u in order[:order.index(utt)] if not utt_before(utt, u)] \
+            if utt in order else []
+        before = {u for utts in lists.values() for u in utts if utt_before(u, utt)}
+        rest = sorted(before - set(earlier), key=lambda u: int(u.rpartition(".")[2]))
+        return earlier + rest
 
     def _advance(self) -> None:
         while self.queue:

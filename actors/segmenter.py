@@ -32,6 +32,7 @@ from voxweft.protocol.messages import (
     Voice,
     now_ns,
     trace_ns,
+    utt_id,
 )
 
 STUCK_PLAYBACK_NS = 120 * 10**9   # a "started" with no "finished" (player died) stops gating
@@ -122,7 +123,7 @@ class SegmenterActor(Actor):
         # Ids are unique per segmenter process: the VAD reuses an index after a discard and
         # restarts at 0 after a flush, so they are allocated here, in commit order.
         if index not in self.ids:
-            self.ids[index] = f"{self.epoch % 0xFFFFFF:06x}.{self.next_id:05d}"
+            self.ids[index] = utt_id(self.epoch, self.next_id)
             self.next_id += 1
         return self.ids.pop(index) if close else self.ids[index]
 

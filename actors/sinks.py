@@ -58,6 +58,7 @@ class WavSink:
         self.session = session
         self.done: list[str] = []   # utterances written whole, from the journal
         keep = self._resume(path) if self._same_session() else None
+        self.resumed = keep is not None   # a player restarted in this session goes on
         if self.journal is not None and keep is None:
             self.journal.write_text(json.dumps({"session": session}) + "\n")
         self._create()
@@ -193,6 +194,8 @@ class DeviceSink(DeviceStream):
     * Loss: if the stream stops by itself (device unplugged, sound server gone), `lost`
       says why; `reopen()` tries again with a fresh PortAudio device list.
     """
+
+    resumed = False   # a loudspeaker goes on from nothing (see WavSink)
 
     def __init__(self, device: str, counters, latency_s: float = 0.0) -> None:
         self.sd = open_sounddevice("player")

@@ -34,6 +34,24 @@ BUS_RATE = 16_000
 PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
 
 
+def utt_id(segmenter_epoch: int, number: int) -> str:
+    """An utterance's id: its segmenter process, then its number there ("3f03cf.00012").
+
+    Numbers count the utterances in the order they start in the speech.
+    """
+    return f"{segmenter_epoch % 0xFFFFFF:06x}.{number:05d}"
+
+
+def utt_before(a: str, b: str) -> bool:
+    """Whether utterance `a` came before `b` in the speech, as far as their ids tell.
+
+    Both from one segmenter process, `a` numbered lower (ids of two processes say nothing).
+    """
+    pa, _, na = a.rpartition(".")
+    pb, _, nb = b.rpartition(".")
+    return bool(pa) and pa == pb and na.isdigit() and nb.isdigit() and int(na) < int(nb)
+
+
 def now_ns() -> int:
     """Wall-clock time in ns: traces are compared across processes and hosts."""
     return time.time_ns()

@@ -599,6 +599,60 @@ def test_player_counts_the_holes_heard_inside_an_utterance(tmp_path):
     assert p.counters["underruns_inside"] == 1
 
 
+def _restarted_player(tmp_path, gap_ms=100):
+    """A player that goes on with the file of a player killed in the same session."""
+    first = player(tmp_path, gap_ms)
+    first._session = lambda: "s1"
+    run_actor(first, [], src="tts")
+    first.close()
+    p = player(tmp_path, gap_ms)
+    p._session = lambda: "s1"
+    return p
+
+
+def _written(tmp_path) -> list[str]:
+    journal = (tmp_path / "out.wav.journal").read_text().splitlines()
+    return [j["utt"] for j in map(json.loads, journal) if "utt" in j]
+
+
+def test_a_restarted_player_writes_first_what_came_first_in_the_speech(tmp_path):
+    # CI 2026-12-07 (test_kills_close, six kills beside two hogs): a player restarted while
+    # tts, itself back from a kill, made utterance 4 first wrote 4 before 0-3, which tts had
+    # not made yet but the segmenter still held. Reading a file, an utterance waits for the
+    # earlier ones of its segmenter (by number) that any holder lists.
+    p = _restarted_player(tmp_path)
+    ids = [f"00aa01.{n:05d}" for n in range(5)]
+    heard = [Status(state="ready", src="segmenter", epoch=1, holding=ids),
+             Status(state="ready", src="asr", epoch=1, holding=ids[:4]),
+             Status(state="ready", src="mt", epoch=1, holding=ids[:4]),
+             Status(state="ready", src="tts", epoch=1, holding=[ids[4]])]
+    out = run_actor(p, [chunk(ids[4], 0), chunk(ids[4], 1, True)], src="tts", ticks=5,
+                    tick_sleep_s=0.02)
+    assert not [m for m in out if isinstance(m, PlaybackEvent)], "written before any holder"
+    out += run_actor(p, heard, src="tts", ticks=10, tick_sleep_s=0.02, loaded=True)
+    assert not [m for m in out if isinstance(m, PlaybackEvent)], "4 written before 0-3"
+    assert p.counters["waited_for_earlier"] == 1
+    late = [c for n in (1, 0, 2, 3) for c in (chunk(ids[n], 0), chunk(ids[n], 1, True))]
+    out += run_actor(p, heard + late, src="tts", ticks=40, tick_sleep_s=0.02, loaded=True)
+    p.close()
+    assert _written(tmp_path) == ids
+
+
+def test_a_restarted_player_that_hears_no_holder_writes_after_a_while(tmp_path, monkeypatch):
+    """The wait for the holders' lists is bounded: holders that never heartbeat (a replay,
+    a partial topology) do not stop the file."""
+    import voxweft.actors.player as player_module
+
+    monkeypatch.setattr(player_module, "HOLDER_SILENT_S", 0.3)
+    p = _restarted_player(tmp_path)
+    out = run_actor(p, [chunk("00aa01.00004", 0), chunk("00aa01.00004", 1, True)],
+                    src="tts", ticks=5, tick_sleep_s=0.02)
+    assert not [m for m in out if isinstance(m, PlaybackEvent)]
+    run_actor(p, [], src="tts", ticks=30, tick_sleep_s=0.02, loaded=True)
+    p.close()
+    assert _written(tmp_path) == ["00aa01.00004"]
+
+
 def test_player_reading_a_file_writes_what_tts_sent_first_first(tmp_path):
     # test_kills_close: the player was killed while it had utterance 1; its successor got 2
     # and 3 live while tts made them, and 1 only in tts's resend, 10 s later (tts noticed the

@@ -633,3 +633,13 @@ def test_float_pcm_off_the_wire_is_finite_and_within_full_scale():
     ints = np.array([32767, -32768, 5], np.int16)   # integers cannot be out of range
     np.testing.assert_array_equal(
         decode(encode(AudioFrame(sample_rate=16000, pcm=ints, media_s=0.0))).pcm, ints)
+
+
+def test_utterance_ids_tell_the_order_of_one_segmenters_utterances():
+    from voxweft.protocol.messages import utt_before, utt_id
+
+    a, b, c = utt_id(0x234567, 9), utt_id(0x234567, 10), utt_id(7, 0)
+    assert a == "234567.00009" and utt_before(a, b) and not utt_before(b, a)
+    assert not utt_before(a, a)
+    assert not utt_before(c, a) and not utt_before(a, c)   # two segmenters: no order
+    assert not utt_before("u1", "u2") and not utt_before("x.1a", "x.2")
