@@ -180,6 +180,21 @@ def _receive(sock, n: int, timeout_s: float) -> list[bytes]:
     return got
 
 
+def _joined(pub, sub, timeout_s: float = 30.0) -> None:
+    """Probe until `sub` hears `pub` (its CURVE handshake and subscription are through):
+    how long that takes depends on the machine, not a fixed sleep. The probes are drained."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pub.send(b"probe")
+        if sub.poll(100):
+            break
+    else:
+        raise AssertionError(f"not heard within {timeout_s} s")
+    time.sleep(0.2)   # probes in flight, then drop them all
+    while sub.poll(0):
+        sub.recv()
+
+
 @needs_lan
 def test_a_curve_pub_is_heard_only_by_listed_keys(keys, caplog):
     ctx = zmq.Context()
@@ -199,12 +214,12 @@ def test_a_curve_pub_is_heard_only_by_listed_keys(keys, caplog):
                            clients={})
     impostor = sockets.sub(ctx, [endpoint], [b""], wrong)
     try:
-        time.sleep(1.0)   # handshakes
+        _joined(pub, listed)
         for i in range(20):
             pub.send(b"audio %d" % i)
             time.sleep(0.01)
-        assert len(_receive(listed, 20, 5.0)) == 20
-        for sock in (plain, stranger, impostor):
+        assert _receive(listed, 20, 5.0) == [b"audio %d" % i for i in range(20)]
+        for sock in (plain, stranger, impostor):   # nothing, probes included
             assert _receive(sock, 1, 0.5) == []
         refused = [r.getMessage() for r in caplog.records if "unlisted key" in r.getMessage()]
         assert any(keys["stranger"][2] in line for line in refused), refused
@@ -231,11 +246,10 @@ def test_an_unlisted_pull_takes_no_utterance(keys):
     tap = sockets.pull(ctx, [endpoint], _curve(keys, "tap"))   # a listed client, no host
     asr = sockets.pull(ctx, [endpoint], _curve(keys, "m2"))
     try:
-        time.sleep(1.0)
-        sent = 0
-        for i in range(10):
+        sent, deadline = 0, time.monotonic() + 30   # PUSH waits for a peer whose
+        while sent < 10 and time.monotonic() < deadline:   # handshake is through
             try:
-                push.send(b"segment %d" % i)
+                push.send(b"segment %d" % sent, zmq.NOBLOCK)
                 sent += 1
             except zmq.Again:
                 time.sleep(0.05)
