@@ -3,9 +3,10 @@
 VoxCPM2 on MLX makes each piece whole before its audio plays: making `c` characters costs a
 prefill P plus r seconds per second of audio. Grown by a fixed factor from a short first piece
 ("Olá,"), the second piece is not ready when the first has played: a hole inside the
-sentence. A paced plan (`growing_chunks(..., pace=Pace)`) keeps the timeline. Tested with the
-cost model at M2-like values (r 0.3-0.6, P 0.15-0.3 s), first on paper, then in real time: a
-stand-in engine whose pieces cost exactly that, through the real tts actor and player.
+sentence. A paced plan (`growing_chunks(..., pace=Pace)`: `paced_chunks`) keeps the timeline.
+Tested with the cost model at M2-like values (r 0.3-0.6, P 0.15-0.3 s) and issue 50's grid
+(P to 1.2 s, r to 0.75; r 1.0-1.2, where no plan keeps up), first on paper, then in real
+time: a stand-in engine whose pieces cost exactly that, through the real tts actor and player.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ import pytest
 
 from tests.unit.helpers import run_actor
 from tests.unit.test_actors import player
-from voxweft.actors.engines.tts import Pace, Spoken, TtsEngine, growing_chunks
+from voxweft.actors.engines.tts import (
+    MIN_WORDS,
+    PACE_MARGIN_S,
+    Pace,
+    Spoken,
+    TtsEngine,
+    growing_chunks,
+    split_clauses,
+    word_spans,
+)
 from voxweft.actors.player import UNDERRUN_S
 from voxweft.actors.tts import TtsActor
 from voxweft.deploy.topology import load, parse
@@ -37,35 +47,122 @@ SENTENCES = [
     "Não. Então, nas mesmas operações com as letras feias, em ser comparativamente "
     "moderno, o impressor seguiu o seu caminho sem olhar para trás.",
     "Bom dia a todos, obrigado por terem vindo, e peço desculpa pelo atraso desta manhã.",
+    # issue 50: answers of a word or a few, short clauses, enumerations, a long sentence
+    "Não.",
+    "Sim, claro, mas...",
+    "Não, não é isso.",
+    "Está bem, obrigado, até amanhã.",
+    "Trouxemos pão, queijo, fiambre, fruta, sumo de laranja, café, leite, açúcar, bolachas e "
+    "guardanapos para toda a gente.",
+    "Sim, sim, eu sei, mas, como já disse, não, não é possível, pelo menos por agora.",
+    "Quando chegámos à estação, o comboio já tinha partido, e como o próximo só saía duas "
+    "horas depois, decidimos ir almoçar a um pequeno restaurante perto do rio, onde nos "
+    "serviram o melhor bacalhau que alguma vez provámos em toda a nossa vida.",
+    'Ele disse: "Vamos embora, já é tarde", e saiu sem dizer mais nada a ninguém.',
+    "O preço subiu 3,5 por cento em 2024, mais do que os 2,1 por cento previstos pelo "
+    "governo em janeiro.",
 ]
 #: Seconds of speech per character of Portuguese (VoxCPM2 and Kokoro speak ~14-16 a second).
 S_PER_CHAR = 0.065
-#: M2-like costs (issue 38): r seconds to make a second of audio, P per piece.
-COSTS = [(r, p) for r in (0.3, 0.45, 0.6) for p in (0.15, 0.3)]
+#: Costs an engine keeps up at: r seconds to make a second of audio, P per piece (issue 38's
+#: M2-like P 0.15-0.3 s; issue 50's grid, P up to 1.2 s: a reference voice's prefill).
+COSTS = [(r, p) for r in (0.3, 0.45, 0.6, 0.75) for p in (0.15, 0.3, 0.6, 0.9, 1.2)]
+#: Costs it does not (a second of audio takes a second or more to make).
+BEHIND = [(r, p) for r in (1.0, 1.2) for p in (0.3, 0.6, 0.9, 1.2)]
+#: (seconds of silence (`silence`), pieces) of SENTENCES one after the other, each planned
+#: by the greedy plan before issue 50 (`growing_chunks(text, 24, 2.0, 200, pace=...)` at
+#: 6557a76) where the engine does not keep up: pieces of about three words, a prefill each.
+GREEDY = {
+    (1.0, 0.3): (26.13, 83), (1.0, 0.6): (49.83, 81), (1.0, 0.9): (71.44, 78),
+    (1.0, 1.2): (91.24, 75), (1.2, 0.3): (41.57, 83), (1.2, 0.6): (63.53, 78),
+    (1.2, 0.9): (85.16, 76), (1.2, 1.2): (100.83, 70),
+}
 
 
-def holes(pieces: list[str], prefill_s: float, rate: float,
-          s_per_char: float = S_PER_CHAR) -> list[float]:
+def holes(pieces: list[str], prefill_s: float, rate: float, s_per_char: float = S_PER_CHAR,
+          late_s: float = UNDERRUN_S) -> list[float]:
     """The holes (s) heard inside a sentence: piece k+1 made after piece k has played, by
-    more than the player counts as an underrun (UNDERRUN_S: its own 20 ms tick)."""
+    more than the player counts as an underrun (UNDERRUN_S: its own 20 ms tick), or than
+    `late_s`."""
     made = played = 0.0
     gaps = []
     for k, piece in enumerate(pieces):
         speech = len(piece) * s_per_char
         made += prefill_s + rate * speech
-        if k and made - played > UNDERRUN_S:
+        if k and made - played > late_s:
             gaps.append(made - played)
         played = max(made, played) + speech
     return gaps
 
 
+def silence(pieces: list[str], prefill_s: float, rate: float,
+            s_per_char: float = S_PER_CHAR) -> float:
+    """Seconds the listener hears nothing until the last piece has played (the first audio's
+    wait and every hole): the pieces made one after the other, each played once it is made
+    and the one before has played."""
+    made = played = 0.0
+    for piece in pieces:
+        speech = len(piece) * s_per_char
+        made += prefill_s + rate * speech
+        played = max(made, played) + speech
+    return played - sum(len(piece) for piece in pieces) * s_per_char
+
+
+def planned(text: str, pace: Pace, eager: bool = True) -> list[str]:
+    """`text`'s pieces as VoxCPM2 plans them (its defaults: 24, 2.0, 200), every word once."""
+    pieces = growing_chunks(text, 24, 2.0, 200, eager, pace=pace)
+    assert " ".join(pieces).split() == text.split()   # every word, once, in order
+    assert all(len(piece) <= 200 for piece in pieces)
+    return pieces
+
+
 @pytest.mark.parametrize(("rate", "prefill_s"), COSTS)
 def test_a_paced_plan_has_no_hole_inside_a_sentence(rate, prefill_s):
+    """Where the engine keeps up (issue 50, item 2): no hole, no piece under three words but
+    a whole short sentence, each piece planned ready PACE_MARGIN_S before it is heard."""
     pace = Pace(prefill_s=prefill_s, rate=rate, s_per_char=S_PER_CHAR)
     for text in SENTENCES:
-        pieces = growing_chunks(text, 24, 2.0, 200, pace=pace)
-        assert " ".join(pieces).split() == text.split()   # every word, once, in order
-        assert holes(pieces, prefill_s, rate) == [], (text, pieces)
+        for eager in (True, False):
+            pieces = planned(text, pace, eager)
+            assert holes(pieces, prefill_s, rate) == [], (text, pieces)
+            assert holes(pieces, prefill_s, rate, late_s=1e-9 - PACE_MARGIN_S) == [], pieces
+            assert pieces == [text] or all(len(p.split()) >= MIN_WORDS for p in pieces), pieces
+        if len(text) <= 200:   # not eager (its first audio waits anyway): fewest prefills
+            assert planned(text, pace, eager=False) == [text]
+
+
+def test_a_short_sentence_is_one_piece():
+    pace = Pace(prefill_s=0.3, rate=0.6, s_per_char=S_PER_CHAR)
+    for text in SENTENCES[5:9]:   # "Não." to five words: no two pieces of three
+        assert planned(text, pace) == [text]
+    assert planned("", pace) == []
+
+
+def test_the_plan_that_left_a_hole_in_real_time_keeps_its_margin():
+    """The pace the real-time test learnt (P 0.301 s): the greedy plan took a clause's
+    "de blocos," (10 characters), then "que foram os", then 25 characters where 22 had time
+    (three words at least), and the player heard a 65 ms hole."""
+    pace = Pace(prefill_s=0.301, rate=0.6, s_per_char=S_PER_CHAR)
+    pieces = planned(SENTENCES[2], pace)
+    assert all(len(p.split()) >= MIN_WORDS for p in pieces), pieces
+    assert holes(pieces, 0.301, 0.6, late_s=1e-9 - PACE_MARGIN_S) == [], pieces
+
+
+@pytest.mark.parametrize(("rate", "prefill_s"), BEHIND)
+def test_where_the_engine_cannot_keep_up_pieces_are_whole_clauses(rate, prefill_s):
+    """A second of audio takes a second or more to make: no plan keeps the timeline for
+    long, and each prefill is time the listener waits. Whole clauses (issue 50, item 2):
+    fewer prefills than the greedy plan's, and less silence in a talk, sentence after
+    sentence."""
+    pace = Pace(prefill_s=prefill_s, rate=rate, s_per_char=S_PER_CHAR)
+    talk = []
+    for text in SENTENCES:
+        pieces = planned(text, pace)
+        clause_ends = {end for _, end in word_spans(split_clauses(text, 200))}
+        assert {end for _, end in word_spans(pieces)} <= clause_ends, pieces
+        talk += pieces
+    greedy_s, greedy_pieces = GREEDY[rate, prefill_s]
+    assert len(talk) < greedy_pieces and silence(talk, prefill_s, rate) < greedy_s
 
 
 def test_grown_by_a_fixed_factor_the_second_piece_comes_late():

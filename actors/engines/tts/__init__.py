@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import itertools
 import logging
 import math
 import shutil
@@ -106,14 +107,20 @@ def _leans(word: str) -> bool:
     return len(word) <= SHORT_WORD and word.isalpha()
 
 
-#: Characters the second piece should at least have room for (about three words): the first
-#: piece of a paced plan is made long enough for it (`Pace.first_chars`).
-NEXT_CHARS = 15
 #: Pieces a Pace learns from (the last ones made).
 PACE_PIECES = 24
 #: Seconds a paced piece is planned to be ready before the audio before it has played: what
 #: making a piece varies by, and the time to send it to the player.
 PACE_MARGIN_S = 0.1
+#: Seconds a paced first piece may take longer to make than the quickest one with no hole
+#: after it, for a plan cut better (fewer pieces, cuts at clause marks).
+PACE_EASE_S = 0.15
+#: What a paced plan counts against itself: each piece (a prefill), a cut inside a clause,
+#: and more for one after a word that leans on the next ("de", "the") than a piece more.
+PIECE_COST, MID_CLAUSE_COST, LEAN_COST = 1, 2, 4
+#: Seconds of first audio a first piece that ends on a word that leans on the next counts
+#: as costing more: it ends there only to bring the first audio forward by more.
+PACE_LEAN_S = 0.3
 
 
 @dataclasses.dataclass
@@ -136,18 +143,6 @@ class Pace:
         """(seconds making `chars` characters takes, seconds of speech they make)."""
         speech = chars * self.s_per_char
         return self.prefill_s + self.rate * speech, speech
-
-    def room(self, made_at: float, played_at: float) -> float:
-        """Characters a piece begun at `made_at` may have to be ready by `played_at`."""
-        return max(0.0, (played_at - made_at - self.prefill_s - PACE_MARGIN_S)
-                   / (self.rate * self.s_per_char))
-
-    def first_chars(self) -> float:
-        """The fewest characters a first piece needs for a second to be made while it plays.
-
-        c * s_per_char >= prefill_s + PACE_MARGIN_S + rate * NEXT_CHARS * s_per_char.
-        """
-        return (self.prefill_s + PACE_MARGIN_S) / self.s_per_char + self.rate * NEXT_CHARS
 
     def took(self, wall_s: float, speech_s: float, chars: int) -> None:
         """A piece of `chars` characters took `wall_s` to make `speech_s` of speech: learn.
@@ -181,16 +176,13 @@ def growing_chunks(text: str, first_chars: int, growth: float, max_chars: int,
     "the") to the next one. A tail of fewer than three words joins the piece before it.
     Not `eager`: pieces of up to `max_chars` from the first on.
 
-    With a `pace` (what making a piece costs here), no piece is longer than what can be made
-    before the audio before it has played (the plan keeps the timeline: a piece ready early
-    leaves the next more room), and the first piece is long enough (`Pace.first_chars`) for
-    the second to be made while it plays: "Olá," alone would leave the second no time.
+    With a `pace` (what making a piece costs here), the pieces are planned on the timeline
+    instead (`paced_chunks`); `first_chars` and `growth` do not count.
     """
+    if pace is not None:
+        return paced_chunks(text, max_chars, pace, eager)
     chunks: list[str] = []
     budget = float(first_chars if eager else max_chars)
-    least_first = pace.first_chars() if pace is not None and eager else 0.0
-    budget = max(budget, least_first)
-    made_at = played_at = 0.0   # the paced plan's timeline (s): made, heard up to
     clauses = [c.split() for c in split_clauses(text, max_chars)]
     words: list[str] = []
     while clauses or words:
@@ -198,13 +190,9 @@ def growing_chunks(text: str, first_chars: int, growth: float, max_chars: int,
             words = clauses.pop(0)
         first = eager and not chunks
         least = 2 if first else MIN_WORDS   # fewest words before a cut
-        short = first and least_first > 0   # a paced first piece not long enough yet
         take: list[str] = []
         while True:
-            if not words:   # the clause ends: so does the piece, unless it is too short yet
-                if short and clauses and len(" ".join(take)) < least_first:
-                    words = clauses.pop(0)
-                    continue
+            if not words:   # the clause ends: so does the piece
                 break
             if len(take) >= least and len(" ".join([*take, words[0]])) > budget:
                 # cut by length: not after a short word ("de", "the", "ao"), which
@@ -213,22 +201,134 @@ def growing_chunks(text: str, first_chars: int, growth: float, max_chars: int,
                     words.insert(0, take.pop())
                 break
             take.append(words.pop(0))
-            if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and \
-                    (first or len(take) >= least) and \
-                    not (short and len(" ".join(take)) < least_first):
+            if take[-1].rstrip(CLOSERS)[-1:] in CLAUSE_END and (first or len(take) >= least):
                 break   # a natural break
-        joined = len(" ".join(take + words))
         if chunks and 0 < len(words) < MIN_WORDS and \
-                joined <= (max_chars if pace is None else max(budget, len(" ".join(take)))):
+                len(" ".join(take + words)) <= max_chars:
             take, words = take + words, []
         chunks.append(" ".join(take))
         budget = min(max_chars, max(budget, len(chunks[-1])) * growth)
-        if pace is not None:
-            making, speech = pace.made(len(chunks[-1]))
-            made_at += making
-            played_at = max(made_at, played_at) + speech
-            budget = min(budget, pace.room(made_at, played_at))
     return chunks
+
+
+def paced_chunks(text: str, max_chars: int, pace: Pace, eager: bool = True) -> list[str]:
+    """The pieces to synthesize one after the other, planned on `pace`'s timeline.
+
+    Every piece is three words or more (a text of fewer than six is one piece), at most
+    `max_chars` long (or three words), and made `PACE_MARGIN_S` before the audio before it
+    has played. Of the plans that keep that timeline: the earliest first audio (`eager`;
+    within `PACE_EASE_S`, a first piece that ends on a word that leans on the next counted
+    `PACE_LEAN_S` later), then the fewest pieces, cuts inside a clause and after a leaning
+    word ("de", "the"; `PIECE_COST`...). Where the engine cannot keep up (a piece of
+    `max_chars` takes longer to make than to play: rate near 1 or above) or no plan keeps
+    the timeline: the sentence's clauses (`split_clauses`), as few prefills as natural pieces
+    allow, whatever holes they leave.
+    """
+    words = text.split()
+    if len(words) < 2 * MIN_WORDS:
+        return [" ".join(words)] if words else []
+    making, speech = pace.made(max_chars)
+    cuts = _paced_cuts(words, max_chars, pace, eager) \
+        if making + PACE_MARGIN_S < speech else None
+    if cuts is None:
+        return split_clauses(text, max_chars)
+    return [" ".join(words[i:j]) for i, j in itertools.pairwise([0, *cuts])]
+
+
+def _paced_cuts(words: list[str], max_chars: int, pace: Pace, eager: bool) -> list[int] | None:
+    """Where `paced_chunks` cuts `words` (the end of each piece); None: every plan has a hole.
+
+    Backwards over the word boundaries: the fewest seconds of speech that must be queued
+    when a piece ending at word j is made, for the rest to follow with no hole (`need`).
+    Forwards: from each first piece that leaves that much, the plans that keep it, each
+    boundary keeping those no other beats on cost, first audio and speech queued, and none
+    costing more than one plan found greedily (`bound`).
+    """
+    n = len(words)
+    prefill, rate, s_per_char, margin = pace.prefill_s, pace.rate, pace.s_per_char, PACE_MARGIN_S
+    ends = [0]   # characters up to word j and a space: words i..j are ends[j] - ends[i] - 1
+    for word in words:
+        ends.append(ends[-1] + len(word) + 1)
+    marks = [j == n or words[j - 1].rstrip(CLOSERS)[-1:] in CLAUSE_END for j in range(n + 1)]
+    # a cut after word j - 1: what it costs; None where it would leave a tail under MIN_WORDS
+    costs: list[int | None] = [
+        PIECE_COST if marks[j] else None if n - j < MIN_WORDS else
+        PIECE_COST + MID_CLAUSE_COST + (LEAN_COST if _leans(words[j - 1]) else 0)
+        for j in range(n + 1)]
+    # The pieces that may begin at word i: (end, seconds to make, seconds of speech, cost)
+    starts: list[list[tuple[int, float, float, int]]] = []
+    for i in range(n):
+        starts.append([])
+        for j in range(i + MIN_WORDS, n + 1):
+            chars = ends[j] - ends[i] - 1
+            if chars > max_chars and j - i > MIN_WORDS:
+                break
+            if costs[j] is not None:
+                speech = chars * s_per_char
+                starts[i].append((j, prefill + rate * speech, speech, costs[j]))
+    need = [math.inf] * (n + 1)
+    need[n] = 0.0
+    for i in range(n - MIN_WORDS, 0, -1):
+        need[i] = min((max(wait + margin, need[j] + wait - speech)
+                       for j, wait, speech, _ in starts[i]), default=math.inf)
+    eps = 1e-9   # `need` and the plans add the same seconds in another order
+    firsts = [(wait + (PACE_LEAN_S if cost > PIECE_COST + MID_CLAUSE_COST else 0.0),
+               j, speech, cost) for j, wait, speech, cost in starts[0] if speech + eps >= need[j]]
+    if not firsts:
+        return None
+    soonest = min(first[0] for first in firsts)
+    # The least cost from word i to the end, whatever the time (`least`), and the cost of
+    # one plan that keeps the timeline (`bound`: each piece the one of least cost to the end
+    # that leaves enough queued): no plan costing more than `bound` is followed.
+    least = [0.0] * (n + 1)
+    for i in range(n - MIN_WORDS, 0, -1):
+        least[i] = min((cost + least[j] for j, _, _, cost in starts[i]), default=math.inf)
+    _, i, queued, bound = min(first for first in firsts if first[0] == soonest)
+    while i < n:
+        step = min(((cost + least[j], wait - speech, j, cost)
+                    for j, wait, speech, cost in starts[i] if wait + margin <= queued + eps
+                    and queued - wait + speech + eps >= need[j]), default=None)
+        if step is None:   # lost to rounding: follow every plan
+            bound = math.inf
+            break
+        _, spent, i, cost = step
+        queued, bound = queued - spent, bound + cost
+    # The plans so far that end at word j: (cost, first audio s (+ PACE_LEAN_S)) -> (speech
+    # queued s, the plan before: its end and key), the most queued of each.
+    plans: list[dict[tuple[int, float], tuple[float, int, tuple | None]]] = \
+        [{} for _ in range(n + 1)]
+    for first, j, speech, cost in firsts:
+        if eager and first > soonest + PACE_EASE_S:
+            continue
+        key = (cost, first if eager else 0.0)
+        if speech > plans[j].get(key, (-1.0,))[0]:
+            plans[j][key] = (speech, 0, None)
+    for i in range(1, n):
+        kept: list[tuple[int, float, float]] = []   # those no other beats
+        for key in sorted(plans[i]):
+            queued = plans[i][key][0]
+            if any(first <= key[1] and more >= queued for _, first, more in kept):
+                continue
+            kept.append((*key, queued))
+            room = queued - margin + eps
+            for j, wait, speech, cost in starts[i]:
+                if wait > room:
+                    break
+                left = queued - wait + speech
+                if left + eps >= need[j] and key[0] + cost + least[j] <= bound:
+                    at = plans[j]
+                    nkey = (key[0] + cost, key[1])
+                    if left > at.get(nkey, (-1.0,))[0]:
+                        at[nkey] = (left, i, key)
+    if not plans[n]:
+        return None
+    key = min(plans[n])
+    cuts, j = [], n
+    while key is not None:
+        cuts.append(j)
+        _, i, before = plans[j][key]
+        j, key = i, before
+    return cuts[::-1]
 
 
 def trim(audio: np.ndarray, sample_rate: int, lead_s: float = 0.03, tail_s: float = 0.12,
