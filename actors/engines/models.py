@@ -73,6 +73,17 @@ class CatalogueEntry:
             return None
         return max(0, self.approx_size - sum(g.size or 0 for g in self.files))
 
+    def need(self, todo) -> int:
+        """Bytes a download of the files `todo` brings at most, for the disk check.
+
+        Their pinned sizes, and once (not per file) what `approx_size` leaves beyond the
+        pinned files when some of `todo` are unpinned: two unpinned files share that rest.
+        """
+        pinned = sum(f.size for f in todo if f.size is not None)
+        if all(f.size is not None for f in todo):
+            return pinned
+        return pinned + (self.cap(next(f for f in todo if f.size is None)) or 0)
+
     def size(self) -> int | None:
         """Bytes of all its files, when every size is known."""
         sizes = [f.size for f in self.files]

@@ -352,3 +352,17 @@ def test_a_fetch_the_disk_has_no_room_for_is_refused_before_it_starts(fake_hub, 
                                           r"VOXWEFT_MODELS"):
         models.fetch(entry.name, say=lambda line: None)
     assert not any(models.install_dir(entry).iterdir())   # nothing started
+
+
+def test_the_disk_check_counts_a_download_once_and_unpinned_files_by_the_entry_size():
+    # issue 50: voxcpm2-mlx-4bit's two files without a pinned size (config.json, the
+    # weights) counted 0 each, then each the whole rest of its 2.3 GB: the check asked for
+    # 3.7 MB, then 4.6 GB. What the download brings is the entry's size, once.
+    entry = models.catalogue()["voxcpm2-mlx-4bit"]
+    unpinned = [f for f in entry.files if f.size is None]
+    assert len(unpinned) == 2
+    assert entry.need(entry.files) == entry.approx_size == 2_300_904_017
+    pinned = [f for f in entry.files if f.size is not None]
+    assert entry.need(pinned) == sum(f.size for f in pinned) < 10**7
+    eight = models.catalogue()["voxcpm2-mlx-8bit"]
+    assert eight.need(eight.files) == eight.size() > 3 * 10**9
