@@ -279,20 +279,71 @@ def local_addresses() -> set[str]:
             for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
 
 
-def hosts_here(base, host: str | None = None) -> set[str]:
-    """The hosts of a topology this machine is, which doctor judges.
+def addresses_of(address: str, timeout_s: float = 2.0) -> set[str]:
+    """The IP addresses `address` names.
 
-    The only host in use (a one-machine topology); else `host` if named; else those whose
-    address is one of this machine's. Another machine's timings and memory say nothing of
-    this one: a two-host topology is judged host by host, each on itself.
+    Itself when it is one, else what it resolves to (a name such as "m2.local"); empty
+    when it does not resolve within `timeout_s`.
+    """
+    import ipaddress
+    import threading
+
+    try:
+        return {str(ipaddress.ip_address(address.split("%")[0]))}
+    except ValueError:
+        pass
+    found: set[str] = set()
+
+    def resolve() -> None:
+        try:
+            found.update(info[4][0].split("%")[0] for info in socket.getaddrinfo(address, None))
+        except (OSError, UnicodeError):
+            pass
+
+    looker = threading.Thread(target=resolve, daemon=True)   # mDNS may take its time
+    looker.start()
+    looker.join(timeout_s)
+    return set(found)
+
+
+def is_this_machine(address: str, mine: set[str] | None = None) -> bool | None:
+    """Whether a host's `address` is this machine.
+
+    One of its addresses, or its own name (with or without ".local"); None when the name
+    does not resolve (nothing to tell).
+    """
+    own = socket.gethostname().lower().removesuffix(".local")
+    if address.lower().removesuffix(".local") == own:
+        return True
+    ips = addresses_of(address)
+    if not ips:
+        return None
+    return bool(ips & (local_addresses() if mine is None else mine))
+
+
+def hosts_here(base, host: str | None = None) -> tuple[set[str], str]:
+    """The hosts of a topology this machine is, which doctor judges, and a word on them.
+
+    The only host in use (a one-machine topology); else `host` if named (the word says so
+    when its address is plainly another machine's: the figures are this one's all the
+    same); else those whose address (an IP, or a name such as "m2.local") is this
+    machine's (the word says to name one when none is). Another machine's timings and
+    memory say nothing of this one: a two-host topology is judged host by host.
     """
     in_use = base.hosts_in_use()
     if len(in_use) == 1:   # a topology for one machine: this one
-        return set(in_use)
-    if host is not None:
-        return {host} & set(in_use)
+        return set(in_use), ""
     mine = local_addresses()
-    return {h for h in in_use if base.hosts[h].address in mine}
+    if host is not None:
+        address = base.hosts[host].address if host in base.hosts else ""
+        if host in in_use and is_this_machine(address, mine) is False:
+            return {host}, (f"--host {host}: its address {address} is not this machine's "
+                            f"({', '.join(sorted(mine)) or 'none'}): these figures are this "
+                            "machine's; fix the address before `up`")
+        return {host} & set(in_use), ""
+    here = {h for h in in_use if is_this_machine(base.hosts[h].address, mine)}
+    return here, "" if here else ("this machine has none of the hosts' addresses: pass "
+                                  "--host NAME to say which it is")
 
 
 def topology_report(path: Path, measure_engines: bool, cache: dict | None = None,
@@ -311,18 +362,17 @@ def topology_report(path: Path, measure_engines: bool, cache: dict | None = None
     except TopologyError as exc:
         report["error"] = str(exc)
         return report
-    here = hosts_here(base, host)
+    here, word = hosts_here(base, host)
     budgets = {}
     for name in base.hosts_in_use():
         if name not in here:
             report["hosts"].append({
                 "host": name, "actors": base.actors_on(name), "judged": False,
                 "why": f"run `voxweft doctor --host {name}` on that machine" + (
-                    "" if host else "; this machine has none of the hosts' addresses: "
-                    "pass --host NAME to say which it is")})
+                    f"; {word}" if word and not here else "")})
             continue
         entry: dict = {"host": name, "actors": base.actors_on(name), "judged": True,
-                       "runs_here": True, "error": ""}
+                       "runs_here": True, "error": "", "warning": word}
         try:
             topology = topo_mod.load(path, name)   # constructs this host's engines
         except TopologyError as exc:
@@ -459,8 +509,9 @@ def topology_lines(t: dict) -> list[str]:
                          f"{h['why']}")
             continue
         here = "runs here" if h["runs_here"] else f"cannot run here: {h['error']}"
-        lines += [f"  host {h['host']} ({', '.join(h['actors'])}): {here}",
-                  f"    {h['memory']['line']}"]
+        lines += [f"  host {h['host']} ({', '.join(h['actors'])}): {here}"]
+        lines += [f"    {h['warning']}"] if h.get("warning") else []
+        lines += [f"    {h['memory']['line']}"]
         if "echo" in h:
             lines.append(f"    {h['echo']['line']}")
         measured = h.get("measured", {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tomllib
@@ -198,6 +199,21 @@ def test_a_two_host_topology_is_judged_only_for_the_host_this_machine_is(tmp_pat
     here.write_text(tomli_w.dumps(raw), encoding="utf-8")
     report = doctor.topology_report(here, measure_engines=False)
     assert {h["host"]: h["judged"] for h in report["hosts"]} == {"m2": False, "ultra": True}
+    # issue 50: by name too ("m2.local": this machine's own name), and a typed --host whose
+    # address is plainly another machine's is said to be (judged all the same).
+    raw["hosts"]["ultra"]["address"] = socket.gethostname().removesuffix(".local") + ".local"
+    here.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    report = doctor.topology_report(here, measure_engines=False)
+    assert {h["host"]: h["judged"] for h in report["hosts"]} == {"m2": False, "ultra": True}
+    raw["hosts"]["m2"]["address"] = "192.0.2.7"   # TEST-NET-1: nobody's
+    here.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    typed = doctor.topology_report(here, measure_engines=False, host="m2")
+    (m2_entry,) = [h for h in typed["hosts"] if h["judged"]]
+    assert m2_entry["host"] == "m2" and "192.0.2.7 is not this machine's" in \
+        m2_entry["warning"]
+    assert any("is not this machine's" in x for x in doctor.topology_lines(typed))
+    ok = doctor.topology_report(here, measure_engines=False, host="ultra")
+    assert [h["warning"] for h in ok["hosts"] if h["judged"]] == [""]
     # A one-machine topology is this machine's whatever --host says.
     one = doctor.topology_report(ROOT / "deploy" / "default.toml", False, host="m2")
     assert [h["judged"] for h in one["hosts"]] == [True]
