@@ -211,8 +211,14 @@ def warm_tts(engine, lang: str, voice=None) -> dict[str, float]:
     speaker's voice is measured with (`engines.tts.warmup_voice`): what will run (VoxCPM2's
     prefill with a reference is ~4x longer than without).
     """
-    for _ in engine.synthesize("Olá." if lang == "pt" else "Hello.", lang, voice=voice):
+    first = "Olá." if lang == "pt" else "Hello."
+    pace = getattr(engine, "pace", None)
+    started = time.perf_counter()
+    for _ in engine.synthesize(first, lang, voice=voice):
         pass
+    first_s = time.perf_counter() - started
+    if pace is not None:   # the first call's one-time costs are not what a piece costs
+        pace.forget()
     made: list[int] = []
     measured = measure(
         lambda: (made.append(len(pcm)) for pcm in engine.synthesize(
@@ -224,8 +230,12 @@ def warm_tts(engine, lang: str, voice=None) -> dict[str, float]:
     stretches = {"stretches": 1.0} if getattr(engine, "STRETCHES", False) else {}
     # An engine that learns what a piece costs (VoxCPM2: a prefill, then seconds per second
     # of speech) says so: each translation made apart costs a prefill more (`stage_need`).
-    pace = getattr(engine, "pace", None)
-    paced = {"prefill_s": round(pace.prefill_s, 3), "gen_rate": round(pace.rate, 3)} \
+    # Fitted from the sentence's pieces (`pace_fitted` 0: guesses, too few pieces); the first
+    # call's one-time costs (the voice's encoding, compile traces, first kernel uses) beside:
+    # what it took beyond what the pace says such a piece costs.
+    paced = {"prefill_s": round(pace.prefill_s, 3), "gen_rate": round(pace.rate, 3),
+             "pace_fitted": float(pace.fitted),
+             "first_call_s": round(max(0.0, first_s - pace.made(len(first))[0]), 3)} \
         if pace is not None else {}
     return with_variants({**measured, "expansion": round(expansion, 3),
                           "source_cpu": round(measured["cpu"] * expansion, 3), **stretches,

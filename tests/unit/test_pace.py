@@ -280,3 +280,51 @@ def test_in_real_time_a_paced_voice_leaves_no_hole_a_grown_one_does(tmp_path):
     assert sum(e.underruns for e in paced) == 0, [(e.utt, e.underrun_s) for e in paced]
     grown = played(tmp_path / "grown", StandIn(0.3, 0.6, paced=False))
     assert sum(e.underruns for e in grown) >= 2, [(e.utt, e.underrun_s) for e in grown]
+
+
+class FirstCallCosts(StandIn):
+    """A stand-in whose first call pays `once_s` more: what VoxCPM2 on a Mac pays once (the
+    voice's encoding, the compile trace, each Metal kernel's first use)."""
+
+    def __init__(self, prefill_s: float, rate: float, once_s: float) -> None:
+        super().__init__(prefill_s, rate, paced=True)
+        self.once_s = once_s
+
+    def speak(self, text, lang, speed=1.0, eager=True, voice=None) -> Iterator[Spoken]:
+        once, self.once_s = self.once_s, 0.0
+        if once:   # inside the first piece's making, as the engine measures it
+            prefill_s, rate = self.cost
+            self.cost = (prefill_s + once, rate)
+            try:
+                first = self.plan(text, eager)[0]
+                yield from super().speak(first, lang, speed, eager, voice)
+            finally:
+                self.cost = (prefill_s, rate)
+            rest = text[len(first):].strip()
+            if rest:
+                yield from super().speak(rest, lang, speed, eager, voice)
+            return
+        yield from super().speak(text, lang, speed, eager, voice)
+
+
+def test_the_warm_up_keeps_the_first_calls_one_time_costs_out_of_the_pace():
+    # issue 50: with 1 s of one-time cost in the warm-up's first call the pace read P 1.08,
+    # r 0.05 (the fit took the first call for a piece); now it is forgotten, and reported
+    # beside the pace as `first_call_s`, with whether the pace is fitted or guessed.
+    from voxweft.actors import budget
+
+    engine = FirstCallCosts(0.25, 0.3, once_s=0.8)
+    measured = budget.warm_tts(engine, "pt")
+    assert 0.6 < measured["first_call_s"] < 1.1, measured
+    assert measured["gen_rate"] == pytest.approx(0.3, abs=0.05), measured
+    assert measured["pace_fitted"] in (0.0, 1.0) and \
+        measured["prefill_s"] == pytest.approx(0.25, abs=0.1), measured
+    spoken = budget.SPOKEN["pt"]
+    learnt = [chars for *_, chars in engine.pace.pieces]
+    assert len("Olá.") not in learnt and sum(learnt) + len(learnt) - 1 == len(spoken), learnt
+    # The control: learnt from the first call too, the fit reads the one-time cost as a
+    # prefill (here P 1.05 s, r 0.05: the issue's 1.08 and 0.05).
+    control = FirstCallCosts(0.25, 0.3, once_s=0.8)
+    list(control.synthesize("Olá.", "pt"))
+    list(control.synthesize(spoken, "pt"))
+    assert control.pace.fitted and control.pace.prefill_s > 0.6, control.pace

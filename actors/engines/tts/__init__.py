@@ -138,6 +138,19 @@ class Pace:
     s_per_char: float = 0.065
     pieces: collections.deque = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=PACE_PIECES))
+    fitted: bool = False   # prefill and rate both come from the pieces (else guesses)
+
+    def forget(self) -> None:
+        """Back to the guesses.
+
+        What was learnt included one-time costs (the first call's voice encoding, compile
+        trace, each kernel's first use: see budget.warm_tts).
+        """
+        fresh = Pace()
+        self.prefill_s, self.rate, self.s_per_char = fresh.prefill_s, fresh.rate, \
+            fresh.s_per_char
+        self.pieces.clear()
+        self.fitted = False
 
     def made(self, chars: int) -> tuple[float, float]:
         """(seconds making `chars` characters takes, seconds of speech they make)."""
@@ -159,6 +172,7 @@ class Pace:
             rate, prefill = np.polyfit(speeches, walls, 1)
             self.rate = float(np.clip(rate, 0.05, 5.0))
             self.prefill_s = float(np.clip(prefill, 0.0, 3.0))
+            self.fitted = True
         else:
             self.rate = float(np.clip((walls.sum() - len(walls) * self.prefill_s)
                                       / speeches.sum(), 0.05, 5.0))
