@@ -227,7 +227,42 @@ def measure_here(stage: str, engine: str, settings: dict, src: str, tgt: str) ->
         result["mlx_cache_mb"] = round(mx.get_cache_memory() / 1e6)
     if getattr(built, "compiled", False):
         result["compiled"] = True
+    if getattr(built, "pace", None) is not None:
+        result["pace"] = pace_report(built.pace, tgt, built.plan)
     return result
+
+
+#: Sentences whose plans `pace_report` shows, by language (else the budget's one).
+PLANNED = {
+    "pt": ("Não.", "Sim, e vale a pena mencionar de passagem que, como exemplo de tipografia "
+           "fina, o verdadeiro livro impresso nunca foi superado.",
+           "Produziram os livros de blocos, que foram os antecessores imediatos do verdadeiro "
+           "livro impresso, a invenção que depois mudou o mundo inteiro."),
+    "en": ("No.", "And it is worth mentioning in passing that, as an example of fine "
+           "typography, the true printed book has never been surpassed.",
+           "They produced the block books, which were the immediate predecessors of the true "
+           "printed book, the invention that later changed the whole world."),
+}
+
+
+def pace_report(pace, lang: str, plan: Callable[[str], list[str]]) -> dict:
+    """What a voice that learns its pace (VoxCPM2 on a Mac) must tell us from its first run.
+
+    The raw pieces it learnt from (seconds to make, seconds of speech, characters), the fit
+    and whether it is one, and the plan `plan` makes of a few sentences at that pace: its
+    pieces, those under three words, the holes heard inside and the first audio (s).
+    """
+    rows = []
+    for text in PLANNED.get(lang, (budget.SPOKEN.get(lang, budget.SPOKEN["en"]),)):
+        pieces = plan(text)
+        first, holes = pace.timeline(pieces)
+        rows.append({"chars": len(text), "pieces": len(pieces),
+                     "short": sum(len(p.split()) < 3 for p in pieces) if len(pieces) > 1 else 0,
+                     "holes_s": [round(h, 3) for h in holes], "first_s": round(first, 3)})
+    return {"prefill_s": round(pace.prefill_s, 3), "rate": round(pace.rate, 3),
+            "s_per_char": round(pace.s_per_char, 4), "fitted": pace.fitted,
+            "pieces": [[round(w, 3), round(sp, 3), c] for w, sp, c in pace.pieces],
+            "plans": rows}
 
 
 def measure_engine(stage: str, engine: str, settings: dict, src: str, tgt: str,

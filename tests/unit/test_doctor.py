@@ -254,6 +254,9 @@ def test_measure_times_a_compiled_engine_with_compile_on_and_off(tmp_path):
     said: list[str] = []
     r = doctor._measured("tts", load(path).actors["tts"], "en", "pt", {}, said.append)
     assert r["compiled"] is True and r["budget"]["rtf"] > 0
+    # what the first Mac run sends (issue 50): the pieces its pace learnt from, its plans
+    assert r["pace"]["pieces"] and all(len(p) == 3 for p in r["pace"]["pieces"])
+    assert len(r["pace"]["plans"]) == 3 and "first_call_s" in r["budget"]
     off = r["compile_off"]
     assert "compiled" not in off and off["budget"]["rtf"] > 0
     for result in (r, off):
@@ -262,3 +265,26 @@ def test_measure_times_a_compiled_engine_with_compile_on_and_off(tmp_path):
     line = doctor._budget_line("tts", r)
     assert f"compiled: rtf {r['budget']['rtf']:.2f}, MLX held " in line
     assert f"compile off: rtf {off['budget']['rtf']:.2f}, MLX held " in line
+
+
+def test_the_doctor_file_keeps_the_raw_pieces_and_the_plans_a_pace_makes():
+    """issue 50 item 5: one run on a real Mac calibrates the simulated one: the raw timings of
+    each piece, not only the fitted P and r, and what the plan makes of a few sentences."""
+    from voxweft.actors.engines.tts import Pace, growing_chunks
+
+    pace = Pace()
+    for chars, wall in ((19, 1.2), (32, 1.6), (60, 2.4)):
+        pace.took(wall, chars * 0.07, chars)
+    report = doctor.pace_report(pace, "pt",
+                                lambda text: growing_chunks(text, 24, 2.0, 200, pace=pace))
+    assert report["fitted"] and report["pieces"] == [[1.2, 1.33, 19], [1.6, 2.24, 32],
+                                                     [2.4, 4.2, 60]]
+    no, long, longer = report["plans"]
+    assert no == {"chars": 4, "pieces": 1, "short": 0, "holes_s": [],
+                  "first_s": round(pace.made(4)[0], 3)}
+    assert longer["pieces"] >= 2 and longer["short"] == 0 and longer["holes_s"] == []
+    # A plan with holes says so: one piece of a word after a long one, at a slow pace.
+    slow = Pace(prefill_s=1.0, rate=0.9)
+    first, holes = slow.timeline(["Sim, e vale a pena mencionar", "de", "passagem"])
+    assert first == pytest.approx(1.0 + 0.9 * 28 * 0.065) and len(holes) == 1
+    json.dumps(report)   # it goes into the file as it is

@@ -157,6 +157,23 @@ class Pace:
         speech = chars * self.s_per_char
         return self.prefill_s + self.rate * speech, speech
 
+    def timeline(self, pieces: list[str]) -> tuple[float, list[float]]:
+        """(seconds to the first audio, the holes heard inside) of `pieces` at this pace.
+
+        Made one after the other, each played once made and the one before has played.
+        """
+        made = played = 0.0
+        first, holes = None, []
+        for piece in pieces:
+            making, speech = self.made(len(piece))
+            made += making
+            if first is None:
+                first = made
+            elif made > played:
+                holes.append(made - played)
+            played = max(made, played) + speech
+        return first or 0.0, holes
+
     def took(self, wall_s: float, speech_s: float, chars: int) -> None:
         """A piece of `chars` characters took `wall_s` to make `speech_s` of speech: learn.
 
