@@ -70,3 +70,27 @@ def test_a_row_says_how_many_blocks_the_relay_had_late():
     assert echolive.late_blocks("relaying\nspoke\nrelay: 3 block(s) late") == 3
     assert echolive.late_blocks("relay: 0 block(s) late") == 0
     assert echolive.late_blocks("") is None   # it did not get to say: unknown, not 0
+
+
+def test_the_session_waits_for_the_words_of_what_started_after_the_speaker(monkeypatch):
+    """The control (`off`) hears its own voice after the speaker stopped; on a slow machine
+    asr's transcript of it came after the 20 s watch had ended (issue 48). The watch goes on
+    while an utterance started since has no transcript, up to AFTER_MAX_S."""
+    clock = [100.0]
+    monkeypatch.setattr(echolive.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(echolive, "AFTER_S", 20.0)
+    monkeypatch.setattr(echolive, "AFTER_MAX_S", 90.0)
+    heard = _Heard([], end_ns=10**9)
+    heard.talking, heard.ended = True, 100.0
+    clock[0] = 121.0
+    assert heard.finished()   # nothing started since: done at AFTER_S, as before
+    heard.seen += [VadEvent(utt="a.7", event="start", sent_ns=3 * 10**9),   # the loudspeaker
+                   VadEvent(utt="a.8", event="start", sent_ns=4 * 10**9),
+                   VadEvent(utt="a.8", event="discard", sent_ns=5 * 10**9)]
+    assert heard.awaited() == {"a.7"} and not heard.finished()
+    heard.seen.append(Transcript(utt="a.7", text="Muito bom.", final=True))
+    assert heard.finished()
+    heard.seen.append(VadEvent(utt="a.9", event="start", sent_ns=6 * 10**9))
+    assert not heard.finished()
+    clock[0] = 190.0   # its transcript never comes: the watch ends all the same
+    assert heard.finished()

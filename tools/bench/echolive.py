@@ -49,8 +49,12 @@ CONDITIONS = (("headphones", "off", None),
               ("loudspeaker", "cancel", (80, 0.4, -10.0)),
               ("loudspeaker", "cancel", (80, 0.4, 0.0)),
               ("loudspeaker", "gate", (80, 0.4, -10.0)))
-#: After the speaker stops the translation still plays: this long is watched for echo.
+#: After the speaker stops the translation still plays: this long is watched for echo...
 AFTER_S = 20.0
+#: ... and, while an utterance that started after the speaker stopped has no transcript yet
+#: (a slow machine's asr is behind), up to this long: what the microphone took from the
+#: loudspeaker is judged on its words, not on how fast this machine makes them.
+AFTER_MAX_S = 90.0
 #: The pipeline ready, the speaker starts this much later (capture is streaming by then).
 START_S = 2.0
 
@@ -175,7 +179,10 @@ class LiveCollector:
         (self.frames if isinstance(msg, AudioFrame) else self.seen).append(msg)
 
     def finished(self) -> bool:
-        """Start the speaker once ready; done `AFTER_S` after they stopped."""
+        """Start the speaker once ready; done `AFTER_S` after they stopped.
+
+        And once every utterance started since has its transcript (at most `AFTER_MAX_S`).
+        """
         now = time.monotonic()
         self.ready_at = self.ready_at or now
         if not self.talking and now - self.ready_at >= START_S:
@@ -183,7 +190,20 @@ class LiveCollector:
             self.talking = True
         if self.talking and self.ended is None and self.room.spoke():
             self.ended, self.end_ns = now, time.time_ns()
-        return self.ended is not None and now - self.ended >= AFTER_S
+        if self.ended is None or now - self.ended < AFTER_S:
+            return False
+        return not self.awaited() or now - self.ended >= AFTER_MAX_S
+
+    def awaited(self) -> set[str]:
+        """Utterances started after the speaker stopped with no transcript yet.
+
+        As `measure` counts them; a discarded one is closed too.
+        """
+        started = {m.utt for m in self.seen if isinstance(m, VadEvent) and m.event == "start"
+                   and m.sent_ns > self.end_ns + 1e9}
+        closed = {m.utt for m in self.seen if isinstance(m, Transcript) and m.final} | \
+            {m.utt for m in self.seen if isinstance(m, VadEvent) and m.event == "discard"}
+        return started - closed
 
     def stalled(self) -> str:
         """Never: the session is timed by the speaker."""
