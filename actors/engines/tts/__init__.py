@@ -110,8 +110,12 @@ def _leans(word: str) -> bool:
 #: Pieces a Pace learns from (the last ones made).
 PACE_PIECES = 24
 #: Seconds a paced piece is planned to be ready before the audio before it has played: what
-#: making a piece varies by, and the time to send it to the player.
+#: making a piece varies by, and the time to send it to the player; more where the pieces
+#: made here came later than the pace said (`Pace.margin_s`), at most PACE_MARGIN_MAX_S.
 PACE_MARGIN_S = 0.1
+PACE_MARGIN_MAX_S = 1.0
+#: How late a piece may come, as a share of the pieces: the margin covers all but this.
+PACE_LATE_SHARE = 0.05
 #: Seconds a paced first piece may take longer to make than the quickest one with no hole
 #: after it, for a plan cut better (fewer pieces, cuts at clause marks).
 PACE_EASE_S = 0.15
@@ -156,6 +160,19 @@ class Pace:
         """(seconds making `chars` characters takes, seconds of speech they make)."""
         speech = chars * self.s_per_char
         return self.prefill_s + self.rate * speech, speech
+
+    def margin_s(self) -> float:
+        """Seconds a piece is planned to be ready early.
+
+        PACE_MARGIN_S, or how much later than the pace says the pieces made here came, all
+        but the latest PACE_LATE_SHARE (another engine sharing the GPU, Whisper decoding,
+        delays some by 0.2-0.35 s), once five are known; at most PACE_MARGIN_MAX_S.
+        """
+        if len(self.pieces) < 5:
+            return PACE_MARGIN_S
+        late = [wall - self.made(chars)[0] for wall, _, chars in self.pieces]
+        return float(np.clip(np.quantile(late, 1 - PACE_LATE_SHARE), PACE_MARGIN_S,
+                             PACE_MARGIN_MAX_S))
 
     def timeline(self, pieces: list[str]) -> tuple[float, list[float]]:
         """(seconds to the first audio, the holes heard inside) of `pieces` at this pace.
@@ -246,7 +263,7 @@ def paced_chunks(text: str, max_chars: int, pace: Pace, eager: bool = True) -> l
     """The pieces to synthesize one after the other, planned on `pace`'s timeline.
 
     Every piece is three words or more (a text of fewer than six is one piece), at most
-    `max_chars` long (or three words), and made `PACE_MARGIN_S` before the audio before it
+    `max_chars` long (or three words), and made `Pace.margin_s` before the audio before it
     has played. Of the plans that keep that timeline: the earliest first audio (`eager`;
     within `PACE_EASE_S`, a first piece that ends on a word that leans on the next counted
     `PACE_LEAN_S` later), then the fewest pieces, cuts inside a clause and after a leaning
@@ -259,14 +276,16 @@ def paced_chunks(text: str, max_chars: int, pace: Pace, eager: bool = True) -> l
     if len(words) < 2 * MIN_WORDS:
         return [" ".join(words)] if words else []
     making, speech = pace.made(max_chars)
-    cuts = _paced_cuts(words, max_chars, pace, eager) \
-        if making + PACE_MARGIN_S < speech else None
+    margin = pace.margin_s()
+    cuts = _paced_cuts(words, max_chars, pace, eager, margin) \
+        if making + margin < speech else None
     if cuts is None:
         return split_clauses(text, max_chars)
     return [" ".join(words[i:j]) for i, j in itertools.pairwise([0, *cuts])]
 
 
-def _paced_cuts(words: list[str], max_chars: int, pace: Pace, eager: bool) -> list[int] | None:
+def _paced_cuts(words: list[str], max_chars: int, pace: Pace, eager: bool,
+                margin: float = PACE_MARGIN_S) -> list[int] | None:
     """Where `paced_chunks` cuts `words` (the end of each piece); None: every plan has a hole.
 
     Backwards over the word boundaries: the fewest seconds of speech that must be queued
@@ -276,7 +295,7 @@ def _paced_cuts(words: list[str], max_chars: int, pace: Pace, eager: bool) -> li
     costing more than one plan found greedily (`bound`).
     """
     n = len(words)
-    prefill, rate, s_per_char, margin = pace.prefill_s, pace.rate, pace.s_per_char, PACE_MARGIN_S
+    prefill, rate, s_per_char = pace.prefill_s, pace.rate, pace.s_per_char
     ends = [0]   # characters up to word j and a space: words i..j are ends[j] - ends[i] - 1
     for word in words:
         ends.append(ends[-1] + len(word) + 1)
