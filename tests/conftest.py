@@ -70,6 +70,68 @@ def _stop_signals_unblocked():
     """
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     yield
+
+
+def _tests_supervisords(roots: list[str]) -> dict[int, str]:
+    """pid -> config of each supervisord whose config lies under one of `roots` (the run
+    directories tests make: pytest's tmp_path, short_tmp's vwt-*), not a user's own run."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "supervisor.supervisord" in cmd and "-c" in cmd[:-1]:
+            config = os.path.realpath(cmd[cmd.index("-c") + 1])
+            if any(config.startswith(root) for root in roots):
+                found[proc.info["pid"]] = config
+    return found
+
+
+def stop_supervisords(pids) -> None:
+    """Stop these supervisords and what they run: TERM (supervisord stops its programs),
+    then KILL whatever is left after 20 s."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            sup = psutil.Process(pid)
+            procs += [sup, *sup.children(recursive=True)]
+            sup.terminate()
+        except psutil.Error:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=20)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def run_roots(tmp_path_factory) -> list[str]:
+    """Where the tests' run directories are: pytest's tmp_path and short_tmp's vwt-*."""
+    return [os.path.realpath(str(tmp_path_factory.getbasetemp())),
+            os.path.join(os.path.realpath(tempfile.gettempdir()), "vwt-")]
+
+
+@pytest.fixture(autouse=True)
+def _no_supervisord_left(request, tmp_path_factory):
+    """A test whose `up` outlived it (its `down` never ran: an assert before the try, the
+    suite stopped during `up`) leaves no supervisord behind: stopped after the test (its
+    actors with it), with a warning naming it. The suite, stopped while a test's `up` ran,
+    once left that run going (its run directory already deleted)."""
+    import warnings
+
+    roots = run_roots(tmp_path_factory)
+    before = set(_tests_supervisords(roots))
+    yield
+    left = {pid: cfg for pid, cfg in _tests_supervisords(roots).items() if pid not in before}
+    if left:
+        stop_supervisords(left)
+        warnings.warn(f"{request.node.nodeid} left supervisord running "
+                      f"({sorted(left.values())}); stopped it", stacklevel=1)
+
+
 CORPUS = DEFAULT_CORPUS   # the five LJ Speech clips the repository carries
 VOXWEFT = [sys.executable, "-m", "voxweft.tools.cli"]
 #: Sentences with three of the bench glossary's names (tools/bench/terms), read by piper in

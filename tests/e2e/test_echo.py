@@ -46,9 +46,10 @@ def live_session(short_tmp, echo_mode: str) -> list[Transcript]:
     def finished(msg) -> bool:
         return isinstance(msg, PlaybackEvent) and msg.event == "finished"
 
-    up = subprocess.run([*VOXWEFT, "up", "--topology", str(path), "--run-dir",
-                         str(run / "sv")], cwd=ROOT, capture_output=True, text=True, timeout=200)
-    try:
+    try:   # `down` whatever stops `up` (the suite stopped during it left its run going)
+        up = subprocess.run([*VOXWEFT, "up", "--topology", str(path), "--run-dir",
+                             str(run / "sv")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=200)
         assert up.returncode == 0, up.stdout + up.stderr
         collect(1.0)
         for clip in (clip_a, clip_b):

@@ -50,15 +50,18 @@ def running(short_tmp):
     write_session(session, corpus_clips()[:1])
     topo_path = local_topology(short_tmp, session, short_tmp / "out.wav")
     run_dir = short_tmp / "run"
-    up = voxweft("up", "--topology", str(topo_path), "--run-dir", str(run_dir))
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert "supervisorctl -c" in up.stdout
     sup = Supervisor(run_dir)
-    yield sup, load(topo_path), run_dir, up
-    pids = [p["pid"] for p in sup.processes().values() if p["pid"]] if sup.running() else []
-    voxweft("down", "--run-dir", str(run_dir))
-    for pid in pids:
-        wait_for(lambda pid=pid: not pid_alive(pid), 10, f"pid {pid} to exit")
+    try:   # `down` even when `up` failed halfway
+        up = voxweft("up", "--topology", str(topo_path), "--run-dir", str(run_dir))
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "supervisorctl -c" in up.stdout
+        yield sup, load(topo_path), run_dir, up
+    finally:
+        pids = [p["pid"] for p in sup.processes().values() if p["pid"]] \
+            if sup.running() else []
+        voxweft("down", "--run-dir", str(run_dir))
+        for pid in pids:
+            wait_for(lambda pid=pid: not pid_alive(pid), 10, f"pid {pid} to exit")
 
 
 def test_up_status_kill_each_actor_down(running):
