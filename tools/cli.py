@@ -186,6 +186,12 @@ def _bench_command(sub) -> None:
                     help="with --echo: the whole pipeline in real time through a private "
                          "PulseAudio daemon, the loudspeaker coming back through a room "
                          "(delay, reverberation, level) beside headphones; Linux")
+    sp.add_argument("--simulate-mac", metavar="P,R", type=_mac_profile, nargs="?",
+                    const=(0.6, 0.45),
+                    help="tts takes the time a Mac's VoxCPM2 would: a prefill of P s per "
+                         "piece, R s per s of audio (default 0.6,0.45), some pieces late as "
+                         "while Whisper decodes, the first call slower; espeak-ng speaks. "
+                         "Measures pacing (holes inside utterances) before a Mac run")
     sp.add_argument("--terms", action="store_true",
                     help="the words that matter: sentences with names and terms (read by "
                          "piper), without and with the glossary the project carries; the "
@@ -201,6 +207,17 @@ def _bench_command(sub) -> None:
     sp.add_argument("--report", metavar="NEW.json",
                     help="with --compare: compare this report instead of running")
     sp.set_defaults(fn=cmd_bench)
+
+
+def _mac_profile(text: str) -> tuple[float, float]:
+    """--simulate-mac's P,R: two numbers of seconds."""
+    try:
+        prefill, rate = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give P,R, e.g. 0.6,0.45") from None
+    if not (0 <= prefill <= 5 and 0 <= rate <= 5):
+        raise argparse.ArgumentTypeError(f"{text!r}: P and R are seconds between 0 and 5")
+    return prefill, rate
 
 
 def _bus_commands(sub) -> None:

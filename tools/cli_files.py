@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,14 @@ def _topology(args):
     if getattr(args, "glossary", None):
         base = base.with_overrides({"pipeline": {"glossary": str(Path(args.glossary).resolve())}})
     return base
+
+
+def simulated_mac(base, prefill_s: float, rate: float):
+    """`base` with tts the simulated Mac voice (its own settings, not the engine's before)."""
+    raw = copy.deepcopy(base.raw)
+    raw["actors"]["tts"].update(engine="simulated",
+                                settings={"prefill_s": prefill_s, "rate": rate})
+    return topo_mod.parse(raw, base.source)
 
 
 def cmd_interpret(args) -> int:
@@ -46,6 +55,8 @@ def cmd_bench(args) -> int:
             if args.compare:   # an unreadable old report fails now, not after the run
                 load_report(Path(args.compare))
             base = _topology(args)
+            if args.simulate_mac:   # actors/engines/tts/simulated.py
+                base = simulated_mac(base, *args.simulate_mac)
             out = Path(args.out or time.strftime("bench-%Y%m%d-%H%M%S"))
             command = "voxweft bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else ""
             pause_s, soak = args.pause_s, args.soak

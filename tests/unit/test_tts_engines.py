@@ -20,6 +20,7 @@ from voxweft.actors.engines.tts import TtsEngine, split_clauses
 from voxweft.actors.engines.tts.espeak import EspeakEngine
 from voxweft.actors.engines.tts.kokoro import STEADY_ONE_THREAD_UNDER, KokoroEngine
 from voxweft.actors.engines.tts.piper import PiperEngine
+from voxweft.actors.engines.tts.simulated import SimulatedVoice
 from voxweft.actors.engines.tts.voxcpm2 import VoxCpm2Engine
 from voxweft.actors.settings.base import StartupError
 
@@ -85,7 +86,7 @@ def test_split_clauses_rejects_bad_max_chars():
 def test_registry():
     classes = {name: engines.engine_class("tts", name) for name in engines.names("tts")}
     assert classes == {"kokoro": KokoroEngine, "espeak": EspeakEngine, "piper": PiperEngine,
-                       "voxcpm2": VoxCpm2Engine}
+                       "voxcpm2": VoxCpm2Engine, "simulated": SimulatedVoice}
     for name, cls in classes.items():
         assert issubclass(cls, TtsEngine) and cls.name == name
 
