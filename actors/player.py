@@ -30,6 +30,7 @@ from voxweft.protocol.messages import (
     now_ns,
     traced,
     utt_before,
+    utt_number,
 )
 
 #: tts is taken for down when its heartbeat (2 Hz) has not been heard for this long.
@@ -457,7 +458,7 @@ class PlayerActor(Actor):
         earlier = [u for u in order[:order.index(utt)] if not utt_before(utt, u)] \
             if utt in order else []
         before = {u for utts in lists.values() for u in utts if utt_before(u, utt)}
-        rest = sorted(before - set(earlier), key=lambda u: int(u.rpartition(".")[2]))
+        rest = sorted(before - set(earlier), key=utt_number)
         return earlier + rest
 
     def _advance(self) -> None:

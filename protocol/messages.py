@@ -42,14 +42,19 @@ def utt_id(segmenter_epoch: int, number: int) -> str:
     return f"{segmenter_epoch % 0xFFFFFF:06x}.{number:05d}"
 
 
+def utt_number(utt: str) -> tuple[str, int] | None:
+    """(its segmenter process, its number there) of an id `utt_id` made; None otherwise."""
+    process, _, number = utt.rpartition(".")
+    return (process, int(number)) if process and number.isdigit() else None
+
+
 def utt_before(a: str, b: str) -> bool:
     """Whether utterance `a` came before `b` in the speech, as far as their ids tell.
 
     Both from one segmenter process, `a` numbered lower (ids of two processes say nothing).
     """
-    pa, _, na = a.rpartition(".")
-    pb, _, nb = b.rpartition(".")
-    return bool(pa) and pa == pb and na.isdigit() and nb.isdigit() and int(na) < int(nb)
+    na, nb = utt_number(a), utt_number(b)
+    return na is not None and nb is not None and na[0] == nb[0] and na[1] < nb[1]
 
 
 def now_ns() -> int:
