@@ -79,7 +79,8 @@ def kill_costs(out, kills: list[tuple[int, str, int]]) -> list[dict]:
 
 
 def test_six_kills_nine_seconds_apart_beside_two_hogs(tmp_path):
-    placed = build_recording(tmp_path / "talk.wav", utterances=16, seed=3, pause_s=(2.0, 6.0))
+    # 86 s: the last kill at 70 s from the first process (the speech starts 10-20 s later)
+    placed = build_recording(tmp_path / "talk.wav", utterances=12, seed=3, pause_s=(2.0, 6.0))
     proc, out, run_root = start_interpret(tmp_path)
     order = ["tts", "asr", "player", "mt", "segmenter", "capture"]
     kills: list[tuple[float, str]] = []

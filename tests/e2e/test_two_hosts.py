@@ -114,8 +114,14 @@ def _topology(tmp_path, lan, clips: int = 3, pause_s: float = 1.0, live: bool = 
     return path, references, keys, placed
 
 
+def _whole_lines(path) -> list[str]:
+    """The lines of a file another process is still appending to, but the one it is writing
+    (a JSON row cut in two failed a run: the tap had written part of it)."""
+    return path.read_text().split("\n")[:-1]
+
+
 def _rows(path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+    return [json.loads(x) for x in _whole_lines(path) if x.startswith("{")]
 
 
 def _utts(rows: list[dict], kind: str) -> list[str]:
@@ -144,7 +150,7 @@ def _wait_done(tmp_path, references, timeout_s: float = 300) -> list[dict]:
     while True:
         rows = _rows(tmp_path / "tap.jsonl")
         transcripts = _utts(rows, "transcript")
-        done = [json.loads(x) for x in journal.read_text().splitlines() if '"utt"' in x] \
+        done = [json.loads(x) for x in _whole_lines(journal) if '"utt"' in x] \
             if journal.exists() else []
         ended = any(r["topic"].startswith("eos.segmenter") for r in rows)
         if ended and len(done) >= len(transcripts) >= len(references):
