@@ -188,7 +188,8 @@ class TtsActor(EngineActor):
             return
         # The plan now: an engine may size its pieces by what it measures, which changes
         # before the rest of the draft is made.
-        spans = engines.tts.word_spans(engine.plan(msg.text, eager=not plan.long_chunks))
+        spans = engines.tts.word_spans(engine.plan(msg.text, eager=not plan.long_chunks,
+                                                       speed=plan.speed))
         chunks = self._counted(engine.speak(msg.text, lang, plan.speed,
                                             eager=not plan.long_chunks, voice=self.voice(msg)),
                                engine.sample_rate)
@@ -347,8 +348,8 @@ class TtsActor(EngineActor):
         elif text:
             # Each chunk says which words of the translation it speaks (the plan's pieces).
             if chunks is None:
-                spans = engines.tts.word_spans(engine.plan(text, eager=not plan.long_chunks),
-                                               said)
+                spans = engines.tts.word_spans(engine.plan(text, eager=not plan.long_chunks,
+                                                           speed=plan.speed), said)
                 chunks = _until_it_fails(lambda: self._counted(engine.speak(
                     text, lang, plan.speed, eager=not plan.long_chunks,
                     voice=self.voice(msg)), engine.sample_rate))

@@ -81,10 +81,10 @@ GREEDY = {
 
 
 def holes(pieces: list[str], prefill_s: float, rate: float, s_per_char: float = S_PER_CHAR,
-          late_s: float = UNDERRUN_S) -> list[float]:
+          late_s: float = UNDERRUN_S, speed: float = 1.0) -> list[float]:
     """The holes (s) heard inside a sentence: piece k+1 made after piece k has played, by
     more than the player counts as an underrun (UNDERRUN_S: its own 20 ms tick), or than
-    `late_s`."""
+    `late_s`. At `speed` each piece is made whole, then stretched: it plays 1/speed as long."""
     made = played = 0.0
     gaps = []
     for k, piece in enumerate(pieces):
@@ -92,7 +92,7 @@ def holes(pieces: list[str], prefill_s: float, rate: float, s_per_char: float = 
         made += prefill_s + rate * speech
         if k and made - played > late_s:
             gaps.append(made - played)
-        played = max(made, played) + speech
+        played = max(made, played) + speech / speed
     return gaps
 
 
@@ -115,6 +115,28 @@ def planned(text: str, pace: Pace, eager: bool = True) -> list[str]:
     assert " ".join(pieces).split() == text.split()   # every word, once, in order
     assert all(len(piece) <= 200 for piece in pieces)
     return pieces
+
+
+def test_catching_up_the_plan_is_made_for_the_speed_it_plays_at():
+    """Catching up, each piece is made whole and stretched (speed 1.4: it plays 1/1.4 as
+    long): a plan made for speed 1 has holes there (the simulated Mac's continuous bench at
+    P 0.9, r 0.6: 5); one made for the speed has none, wherever the engine keeps up at it."""
+    speed = 1.4
+    for rate, prefill_s in COSTS:
+        if rate * speed >= 1.0:   # it does not keep up at the speed: the plan for speed 1
+            continue
+        pace = Pace(prefill_s=prefill_s, rate=rate, s_per_char=S_PER_CHAR)
+        for text in SENTENCES:
+            pieces = growing_chunks(text, 24, 2.0, 200, pace=pace, speed=speed)
+            assert " ".join(pieces).split() == text.split()
+            assert holes(pieces, prefill_s, rate, speed=speed) == [], (rate, prefill_s, pieces)
+            assert pace.timeline(pieces, speed)[1] == []
+    # The control: planned for speed 1, played at 1.4
+    pace = Pace(prefill_s=0.9, rate=0.6, s_per_char=S_PER_CHAR)
+    unaware = [h for text in SENTENCES
+               for h in holes(growing_chunks(text, 24, 2.0, 200, pace=pace), 0.9, 0.6,
+                              speed=speed)]
+    assert len(unaware) >= 5, unaware
 
 
 @pytest.mark.parametrize(("rate", "prefill_s"), COSTS)
@@ -205,8 +227,8 @@ class StandIn(TtsEngine):
     def load(self) -> None:
         pass
 
-    def plan(self, text: str, eager: bool = True) -> list[str]:
-        return growing_chunks(text, 24, 2.0, 200, eager, pace=self.pace)
+    def plan(self, text: str, eager: bool = True, speed: float = 1.0) -> list[str]:
+        return growing_chunks(text, 24, 2.0, 200, eager, pace=self.pace, speed=speed)
 
     def speak(self, text, lang, speed=1.0, eager=True, voice=None) -> Iterator[Spoken]:
         prefill_s, rate = self.cost

@@ -289,7 +289,7 @@ class KokoroEngine(TtsEngine):
         self._ready(lang, self._session)
         return self._clauses(text, lang, speed, eager)
 
-    def plan(self, text: str, eager: bool = True) -> list[str]:
+    def plan(self, text: str, eager: bool = True, speed: float = 1.0) -> list[str]:
         """A short first chunk, then chunks that grow (`growing_chunks`).
 
         Kokoro's cost is about 0.6-0.8 s per second of audio it makes (2 cores), so the first

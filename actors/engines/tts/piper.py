@@ -52,7 +52,7 @@ class PiperEngine(TtsEngine):
         """The packaged voice speaks American English only."""
         return frozenset({"en"})
 
-    def plan(self, text: str, eager: bool = True) -> list[str]:
+    def plan(self, text: str, eager: bool = True, speed: float = 1.0) -> list[str]:
         """Clauses of at most max_clause_chars."""
         return split_clauses(text, self.max_clause_chars)
 

@@ -62,11 +62,11 @@ class SimulatedVoice(TtsEngine):
         """espeak-ng found, every voice probed."""
         self.voice.load()
 
-    def plan(self, text: str, eager: bool = True) -> list[str]:
-        """VoxCPM2 on MLX's plan: paced by what its pieces cost here."""
+    def plan(self, text: str, eager: bool = True, speed: float = 1.0) -> list[str]:
+        """VoxCPM2 on MLX's plan: paced by what its pieces cost here, played at `speed`."""
         s = self.settings
         return growing_chunks(text, s.first_chunk_chars, s.chunk_growth, s.max_clause_chars,
-                              eager, pace=self.pace)
+                              eager, pace=self.pace, speed=speed)
 
     def cost_s(self, speech_s: float) -> float:
         """What making a piece of `speech_s` seconds takes in the profile (drawn)."""
@@ -81,12 +81,14 @@ class SimulatedVoice(TtsEngine):
     def speak(self, text: str, lang: str, speed: float = 1.0, eager: bool = True,
               voice: Reference | None = None) -> Iterator[Spoken]:
         """Each piece whole, once its time is up (see the module)."""
-        for n, piece in enumerate(self.plan(text, eager)):
+        for n, piece in enumerate(self.plan(text, eager, speed)):
             started = time.monotonic()
             audio = np.concatenate([np.zeros(0, np.float32),
                                     *self.voice.synthesize(piece, lang, speed)])
             speech = len(audio) / self.sample_rate
-            time.sleep(max(0.0, self.cost_s(speech) - (time.monotonic() - started)))
+            # VoxCPM2 makes the speech at its own rate, then stretches it (`speed`): it pays
+            # for the speech before the stretch
+            time.sleep(max(0.0, self.cost_s(speech * speed) - (time.monotonic() - started)))
             if speed == 1.0:   # as VoxCPM2 learns: what this piece cost
                 self.pace.took(time.monotonic() - started, speech, len(piece))
             if audio.size:

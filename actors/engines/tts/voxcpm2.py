@@ -207,16 +207,17 @@ class VoxCpm2Engine(TtsEngine):
         """Whether it speaks in the speaker's voice (`voice = "speaker"`)."""
         return self.settings.voice == "speaker"
 
-    def plan(self, text: str, eager: bool = True) -> list[str]:
+    def plan(self, text: str, eager: bool = True, speed: float = 1.0) -> list[str]:
         """mlx: a short first piece, then growing ones; torch (it streams patches): clauses.
 
-        On mlx each piece is made before the one before has played (`pace`, measured).
+        On mlx each piece is made before the one before has played (`pace`, measured), at
+        `speed` (catching up, each piece is stretched shorter once made).
         """
         s = self.settings
         if self.backend == "torch":
             return split_clauses(text, s.max_clause_chars)
         return growing_chunks(text, s.first_chunk_chars, s.chunk_growth, s.max_clause_chars,
-                              eager, pace=self.pace)
+                              eager, pace=self.pace, speed=speed)
 
     def memory_mb(self) -> int:
         """Resident memory once loaded, in MB.
@@ -412,7 +413,7 @@ class VoxCpm2Engine(TtsEngine):
         ref = self.voice_for(voice)
         if self.settings.seed is not None:
             self._seed(self.settings.seed)
-        for n, clause in enumerate(self.plan(text, eager)):
+        for n, clause in enumerate(self.plan(text, eager, speed)):
             made = Timed(self._torch_clause(clause, ref) if self.backend == "torch"
                           else self._mlx_clause(clause, ref))
             chunks: Iterator[np.ndarray] = made
